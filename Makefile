@@ -1,0 +1,27 @@
+# Set-up commands: `make demo` and `make test` create .venv, install, and run. Idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned to the CPU build on disk, so the package's range installs nothing more.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/attndyn simulate configs/polytope.toml --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/velocity.py
+	$(PY) benchmarks/solvers.py
+
+clean:
+	rm -rf $(VENV) runs report .pytest_cache

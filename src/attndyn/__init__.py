@@ -1,0 +1,35 @@
+"""attndyn: self-attention as an interacting particle system.
+
+Core names only; analysis, experiments, plots and the CLI live in their own modules and are
+imported on demand (``import attndyn`` loads torch, NumPy and SciPy-free core code only).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .dynamics import Model, attention_matrix, velocity
+from .simulation import Trajectory, residual_layers, simulate
+from .solvers import RK4, AdaptiveStep, Dopri5, Euler, FixedStep, Heun
+from .weights import FeedForward, Weights
+
+try:
+    __version__ = version("attndyn")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AdaptiveStep",
+    "Dopri5",
+    "Euler",
+    "FeedForward",
+    "FixedStep",
+    "Heun",
+    "Model",
+    "RK4",
+    "Trajectory",
+    "Weights",
+    "attention_matrix",
+    "residual_layers",
+    "simulate",
+    "velocity",
+    "__version__",
+]

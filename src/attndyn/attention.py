@@ -1,0 +1,117 @@
+"""Attention kernels: scores, softmax/hardmax/unnormalized weights, masks; dense and fused.
+
+Contract
+--------
+``mix(x, values, Q, K, ...)`` returns ``sum_j A_ij values_j`` for every head, where
+``A = weights(scale * <Q x_i, K x_j>)`` (SPEC §1.2, eq. eq:P) and
+
+* softmax: row-softmax, computed with row-max subtraction (never ``exp(L)/sum exp(L)``);
+* hardmax (``hard=True``, the limit beta = inf, SPEC §5.3): uniform over the argmax set of each
+  row; scores within a few ulps of the row maximum count as ties and share the weight;
+* unnormalized (USA, SPEC §5.1): ``exp(L_ij) / n``.
+
+Two implementations: ``fused=False`` builds the n x n scores explicitly (the readable
+reference); ``fused=True`` calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
+inputs so that torch picks its flash kernel (O(n) extra memory). Shapes: ``x`` is
+``(B, n, d)``, ``values`` is ``(B, H, n, dv)``, ``Q``/``K`` are ``(H, m, d)``; the result is
+``(B, H, n, dv)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+# Scores closer than this many ulps (relative to the row's largest |score|) to the row maximum
+# are ties for the hardmax: the argmax set must not depend on rounding in the last bits.
+HARDMAX_TIE_ULPS = 16.0
+
+
+def scores(x: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float, M: torch.Tensor | None = None) -> torch.Tensor:
+    """``scale * (x Q^T)(x K^T)^T`` per head: shape ``(B, H, n, n)``.
+
+    ``M = Q^T K`` (``(H, d, d)``) may be passed to compute ``(x M) x^T`` instead, which is cheaper
+    when ``m >= d``; a single head then runs on 3-D tensors.
+    """
+    if M is not None:
+        if M.shape[0] == 1:
+            L = ((x @ M[0]) @ x.transpose(-1, -2)).unsqueeze(1)
+        else:
+            xh = x.unsqueeze(1)
+            L = (xh @ M) @ xh.transpose(-1, -2)
+    else:
+        xh = x.unsqueeze(1)
+        L = (xh @ Q.transpose(-1, -2)) @ (xh @ K.transpose(-1, -2)).transpose(-1, -2)
+    return L if scale == 1.0 else L * scale
+
+
+def causal_mask(n: int, device) -> torch.Tensor:
+    """Boolean ``(n, n)`` mask, True where token i may NOT attend to j (j > i)."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """True when every entry is finite (one reduction; a sum overflowing to inf counts as not finite)."""
+    return math.isfinite(float(t.sum()))
+
+
+def weights_from_scores(
+    L: torch.Tensor, *, hard: bool, causal: bool, unnormalized: bool
+) -> torch.Tensor:
+    """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``)."""
+    if not all_finite(L):
+        raise FloatingPointError(
+            "attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large."
+        )
+    n = L.shape[-1]
+    if causal:
+        L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
+    if hard:
+        rowmax = L.amax(-1, keepdim=True)
+        finite = torch.where(torch.isfinite(L), L.abs(), torch.zeros_like(L))
+        tol = HARDMAX_TIE_ULPS * torch.finfo(L.dtype).eps * finite.amax(-1, keepdim=True)
+        sel = (L >= rowmax - tol).to(L.dtype)
+        return sel / sel.sum(-1, keepdim=True)
+    if unnormalized:
+        A = torch.exp(L) / n
+        if not bool(torch.isfinite(A).all()):
+            raise FloatingPointError("unnormalized attention overflowed: exp(beta <Qx_i, Kx_j>) is not finite.")
+        return A
+    return torch.softmax(L, dim=-1)
+
+
+def mix(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    *,
+    scale: float,
+    hard: bool = False,
+    causal: bool = False,
+    unnormalized: bool = False,
+    fused: bool = False,
+    M: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention-weighted sums of ``values``: ``(B, H, n, dv)``. See the module docstring.
+
+    ``M = Q^T K`` may be given for the dense path (see :func:`scores`).
+    """
+    if fused:
+        if hard or unnormalized:
+            raise ValueError("fused attention computes a softmax only; use attention='dense' for hardmax or unnormalized.")
+        xh = x.unsqueeze(1)
+        q = xh @ Q.transpose(-1, -2)
+        k = xh @ K.transpose(-1, -2)
+        if scale == 0.0:
+            # SDPA treats a falsy scale as "use 1/sqrt(m)"; beta = 0 is uniform attention.
+            q = torch.zeros_like(q)
+            scale = 1.0
+        B, H = values.shape[:2]
+        q = q.expand(B, H, *q.shape[2:])
+        k = k.expand(B, H, *k.shape[2:])
+        return F.scaled_dot_product_attention(q, k, values, scale=scale, is_causal=causal)
+    A = weights_from_scores(scores(x, Q, K, scale, M), hard=hard, causal=causal, unnormalized=unnormalized)
+    return A @ values
