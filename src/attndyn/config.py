@@ -1,0 +1,283 @@
+"""Simulation configs: TOML -> pydantic (unknown keys rejected) -> Model, x0, solver, save times.
+
+Contract
+--------
+``load_config(path)`` reads a TOML file into :class:`SimulationConfig`; ``build(config)``
+returns a :class:`Setup` with the model, the initial state, the solver, the step control and the
+save times. Random draws use ``numpy.random.default_rng(config.seed)`` in a fixed order: x0,
+then Q, K, V per head, then the feed-forward W. Strings from the file are resolved to library
+objects here, once (the library itself takes typed objects). An edge module: it imports pydantic.
+
+Matrix specs (``kind``): ``identity``, ``scaled_identity`` (``scale``), ``diagonal``
+(``diag``), ``matrix`` (``values``: ``(m, d)`` for every head or ``(heads, m, d)``), ``random``
+(``dist`` = ``gaussian`` N(0, scale^2), ``uniform`` U[-scale, scale], ``goe`` (G + G^T)/2 with
+G ~ N(0, scale^2), ``bbt`` B B^T with B ~ U[-scale, scale]; ``m`` rows for Q and K).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .dynamics import Model
+from .solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
+from .weights import FeedForward, Weights
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MatrixSpec(Strict):
+    kind: Literal["identity", "scaled_identity", "diagonal", "matrix", "random"] = "identity"
+    scale: float = 1.0
+    diag: list[float] | None = None
+    values: list | None = None
+    dist: Literal["gaussian", "uniform", "goe", "bbt"] | None = None
+    m: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self):
+        needs = {"diagonal": "diag", "matrix": "values", "random": "dist"}
+        if self.kind in needs and getattr(self, needs[self.kind]) is None:
+            raise ValueError(f"kind = {self.kind!r} needs the key {needs[self.kind]!r}")
+        for key in ("diag", "values", "dist"):
+            if getattr(self, key) is not None and needs.get(self.kind) != key:
+                raise ValueError(f"key {key!r} does not apply to kind = {self.kind!r}")
+        if self.m is not None and self.kind != "random":
+            raise ValueError("key 'm' applies only to kind = 'random'")
+        if not math.isfinite(self.scale):
+            raise ValueError(f"scale = {self.scale} must be finite")
+        return self
+
+
+class FeedForwardSpec(Strict):
+    W: MatrixSpec = MatrixSpec()
+    sigma: Literal["relu", "tanh", "identity"] = "identity"
+    bias: list[float] | None = None
+    bias_inside: bool = True
+
+
+class WeightsSpec(Strict):
+    heads: int = Field(default=1, ge=1)
+    Q: MatrixSpec = MatrixSpec()
+    K: MatrixSpec = MatrixSpec()
+    V: MatrixSpec = MatrixSpec()
+    feedforward: FeedForwardSpec | None = None
+
+
+class InitSpec(Strict):
+    kind: Literal["uniform", "gaussian", "sphere", "array"] = "uniform"
+    low: float = -1.0
+    high: float = 1.0
+    std: float = Field(default=1.0, gt=0)
+    values: list[list[float]] | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "array" and self.values is None:
+            raise ValueError("init kind = 'array' needs the key 'values'")
+        if self.kind != "array" and self.values is not None:
+            raise ValueError(f"key 'values' does not apply to init kind = {self.kind!r}")
+        if self.kind == "uniform" and not self.low < self.high:
+            raise ValueError(f"init low = {self.low} must be below high = {self.high}")
+        return self
+
+
+class ModelSpec(Strict):
+    beta: float = Field(default=1.0, ge=0)
+    mask: Literal["full", "causal"] = "full"
+    geometry: Literal["euclidean", "sphere"] = "euclidean"
+    rescaled: bool = False
+    attention: Literal["dense", "fused"] = "dense"
+    normalization: Literal["softmax", "unnormalized"] = "softmax"
+
+
+class SolverSpec(Strict):
+    method: Literal["euler", "heun", "rk4", "dopri5"] = "rk4"
+    dt: float | None = Field(default=None, gt=0)
+    rtol: float | None = Field(default=None, gt=0)
+    atol: float | None = Field(default=None, gt=0)
+    t1: float = Field(gt=0)
+    save_every: float | None = Field(default=None, gt=0)
+    save_times: list[float] | None = None
+    max_steps: int = Field(default=1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self):
+        adaptive = self.rtol is not None or self.atol is not None
+        if adaptive and self.dt is not None:
+            raise ValueError("give either dt (fixed step) or rtol and atol (adaptive), not both")
+        if adaptive and (self.rtol is None or self.atol is None):
+            raise ValueError("adaptive stepping needs both rtol and atol")
+        if not adaptive and self.dt is None:
+            raise ValueError("give dt (fixed step) or rtol and atol (adaptive)")
+        if adaptive and self.method != "dopri5":
+            raise ValueError(f"method = {self.method!r} has no error estimate; adaptive stepping needs 'dopri5'")
+        if self.save_every is not None and self.save_times is not None:
+            raise ValueError("give save_every or save_times, not both")
+        return self
+
+
+class SimulationConfig(Strict):
+    seed: int
+    n: int = Field(ge=1)
+    d: int = Field(ge=1)
+    init: InitSpec = InitSpec()
+    weights: WeightsSpec = WeightsSpec()
+    model: ModelSpec = ModelSpec()
+    solver: SolverSpec
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is one readable line."""
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{loc}: {msg}{more}"
+
+
+def parse_config(data: dict) -> SimulationConfig:
+    try:
+        return SimulationConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def load_config(path: str | Path) -> SimulationConfig:
+    """Read and validate a TOML config; raises ConfigError with one line on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    return parse_config(data)
+
+
+def matrix(spec: MatrixSpec, heads: int, d: int, rng: np.random.Generator, name: str, *, square: bool) -> np.ndarray:
+    """A ``(heads, m, d)`` array from a spec; ``square`` (V and W) forces m = d."""
+    m = d if square else (spec.m or d)
+    if spec.kind == "random" and spec.m is not None and square:
+        raise ConfigError(f"{name}: key 'm' applies only to Q and K")
+    if spec.kind in ("identity", "scaled_identity", "diagonal") and not square and m != d:
+        raise ConfigError(f"{name}: kind = {spec.kind!r} is square")
+    if spec.kind == "identity":
+        return np.broadcast_to(np.eye(d), (heads, d, d)).copy()
+    if spec.kind == "scaled_identity":
+        return np.broadcast_to(spec.scale * np.eye(d), (heads, d, d)).copy()
+    if spec.kind == "diagonal":
+        if len(spec.diag) != d:
+            raise ConfigError(f"{name}: diag has {len(spec.diag)} entries, expected d = {d}")
+        return np.broadcast_to(np.diag(spec.diag), (heads, d, d)).copy()
+    if spec.kind == "matrix":
+        try:
+            a = np.asarray(spec.values, dtype=np.float64)
+        except ValueError:
+            raise ConfigError(f"{name}: values is not a rectangular array of numbers") from None
+        if a.ndim == 2:
+            a = np.broadcast_to(a, (heads, *a.shape)).copy()
+        if a.ndim != 3 or a.shape[0] != heads or a.shape[2] != d or (square and a.shape[1] != d):
+            want = f"({d}, {d})" if square else f"(m, {d})"
+            raise ConfigError(f"{name}: values has shape {a.shape}; expected {want} or (heads={heads}, ...)")
+        return a
+    out = np.empty((heads, m, d))
+    for h in range(heads):
+        if spec.dist == "gaussian":
+            out[h] = rng.normal(0, spec.scale, (m, d))
+        elif spec.dist == "uniform":
+            out[h] = rng.uniform(-spec.scale, spec.scale, (m, d))
+        else:
+            if m != d:
+                raise ConfigError(f"{name}: dist = {spec.dist!r} is square; drop m")
+            if spec.dist == "goe":
+                G = rng.normal(0, spec.scale, (d, d))
+                out[h] = (G + G.T) / 2
+            else:
+                B = rng.uniform(-spec.scale, spec.scale, (d, d))
+                out[h] = B @ B.T
+    return out
+
+
+def initial_state(config: SimulationConfig, rng: np.random.Generator) -> np.ndarray:
+    n, d, init = config.n, config.d, config.init
+    if init.kind == "uniform":
+        return rng.uniform(init.low, init.high, (n, d))
+    if init.kind == "gaussian":
+        return rng.normal(0, init.std, (n, d))
+    if init.kind == "sphere":
+        x = rng.normal(size=(n, d))
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.asarray(init.values, dtype=np.float64)
+    if x.shape != (n, d):
+        raise ConfigError(f"init.values has shape {x.shape}; expected (n, d) = ({n}, {d})")
+    return x
+
+
+def save_times(s: SolverSpec) -> np.ndarray:
+    if s.save_times is not None:
+        ts = np.asarray(s.save_times, dtype=np.float64)
+        if ts.ndim != 1 or ts.size == 0 or ts[0] != 0 or np.any(np.diff(ts) <= 0) or ts[-1] > s.t1:
+            raise ConfigError("solver.save_times must start at 0, increase strictly and end at or before t1")
+        return ts
+    if s.dt is not None:
+        steps = s.t1 / s.dt
+        if abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
+            raise ConfigError(f"solver.t1 = {s.t1} is not a multiple of dt = {s.dt}")
+        steps = round(steps)
+        every = max(1, round(s.save_every / s.dt)) if s.save_every else max(1, steps // 100)
+        if s.save_every and abs(s.save_every / s.dt - every) > 1e-9 * every:
+            raise ConfigError(f"solver.save_every = {s.save_every} is not a multiple of dt = {s.dt}")
+        k = np.arange(0, steps + 1, every)
+        if k[-1] != steps:
+            k = np.append(k, steps)
+        return k * s.dt
+    if s.save_every:
+        ts = np.arange(0.0, s.t1, s.save_every)
+        return np.append(ts, s.t1)
+    return np.linspace(0.0, s.t1, 101)
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: Model
+    x0: torch.Tensor
+    ts: np.ndarray
+    solver: Tableau
+    step: FixedStep | AdaptiveStep
+    max_steps: int
+
+
+def build(config: SimulationConfig) -> Setup:
+    """Resolve a config into library objects. Raises ConfigError (one line) when inconsistent."""
+    rng = np.random.default_rng(config.seed)
+    d, w = config.d, config.weights
+    try:
+        x0 = initial_state(config, rng)
+        Q = matrix(w.Q, w.heads, d, rng, "weights.Q", square=False)
+        K = matrix(w.K, w.heads, d, rng, "weights.K", square=False)
+        V = matrix(w.V, w.heads, d, rng, "weights.V", square=True)
+        ff = None
+        if w.feedforward is not None:
+            W = matrix(w.feedforward.W, 1, d, rng, "weights.feedforward.W", square=True)[0]
+            ff = FeedForward(W, w.feedforward.sigma, w.feedforward.bias, w.feedforward.bias_inside)
+        model = Model(Weights(Q, K, V, ff), **config.model.model_dump())
+        s = config.solver
+        step = FixedStep(s.dt) if s.dt is not None else AdaptiveStep(rtol=s.rtol, atol=s.atol)
+        return Setup(model, torch.from_numpy(x0), save_times(s), SOLVERS[s.method](), step, s.max_steps)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None

@@ -1,0 +1,105 @@
+"""The command line: simulate a tiny config; bad configs exit 2 with one line."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attndyn.cli import app
+from attndyn.io import load_run
+
+runner = CliRunner()
+
+TINY = """
+seed = 3
+n = 5
+d = 2
+[init]
+kind = "uniform"
+low = -2.0
+high = 2.0
+[model]
+rescaled = true
+[solver]
+method = "rk4"
+dt = 0.05
+t1 = 1.0
+save_every = 0.25
+"""
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("attndyn ")
+
+
+def test_simulate_writes_a_complete_run(tmp_path):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = load_run(out)
+    assert run["arrays"]["xs"].shape == (5, 5, 2)
+    np.testing.assert_allclose(run["arrays"]["ts"], [0, 0.25, 0.5, 0.75, 1.0])
+    assert run["config"]["solver"]["dt"] == 0.05
+    assert run["summary"]["stats"] == {"nfev": 80, "steps": 20, "rejected": 0}
+    assert (out / "trajectory.png").stat().st_size > 1000
+    # same seed, same trajectory
+    out2 = tmp_path / "run2"
+    assert runner.invoke(app, ["simulate", str(cfg), "--out", str(out2)]).exit_code == 0
+    np.testing.assert_array_equal(load_run(out2)["arrays"]["xs"], run["arrays"]["xs"])
+    assert not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (TINY.replace("t1 = 1.0", "t1 = 1.0\ndtt = 3"), "solver.dtt: Extra inputs are not permitted"),
+        (TINY.replace('kind = "uniform"', 'kind = "cube"'), "init.kind"),
+        (TINY.replace("dt = 0.05", "dt = 0.03"), "not a multiple of dt"),
+        (TINY + '\n[weights]\nV = { kind = "diagonal" }\n', "needs the key 'diag'"),
+        (TINY.replace("seed = 3", ""), "seed: Field required"),
+        ("this is = = not toml", "not valid TOML"),
+    ],
+)
+def test_bad_config_exits_2_with_one_line(tmp_path, text, expected):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_missing_config_exits_2(tmp_path):
+    result = runner.invoke(app, ["simulate", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+
+
+def test_config_with_random_weights_and_feedforward(tmp_path):
+    cfg = tmp_path / "ff.toml"
+    cfg.write_text(
+        TINY
+        + """
+[weights]
+heads = 1
+Q = { kind = "random", dist = "gaussian", scale = 0.5, m = 3 }
+K = { kind = "random", dist = "uniform", scale = 0.5, m = 3 }
+V = { kind = "random", dist = "bbt", scale = 0.7 }
+feedforward = { sigma = "tanh", W = { kind = "random", dist = "goe" }, bias = [0.1, -0.1] }
+"""
+    )
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    arrays = load_run(out)["arrays"]
+    assert arrays["Q"].shape == (1, 3, 2)
+    np.testing.assert_allclose(arrays["V"][0], arrays["V"][0].T)  # B B^T is symmetric
+    assert np.linalg.eigvalsh(arrays["V"][0]).min() >= -1e-12
+    assert json.loads((out / "config.json").read_text())["weights"]["feedforward"]["sigma"] == "tanh"
