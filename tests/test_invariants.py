@@ -126,8 +126,13 @@ def test_sphere_norms_stay_one(rng):
     W = random_weights(rng, 3, scale=1.0)
     x0 = rng.normal(size=(16, 3))
     x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
-    traj = ad.simulate(ad.Model(W, geometry="sphere", beta=4.0), x0, np.linspace(0, 5, 6), solver=ad.Dopri5(),
-                       step=ad.AdaptiveStep(rtol=1e-9, atol=1e-11))
+    traj = ad.simulate(
+        ad.Model(W, geometry="sphere", beta=4.0),
+        x0,
+        np.linspace(0, 5, 6),
+        solver=ad.Dopri5(),
+        step=ad.AdaptiveStep(rtol=1e-9, atol=1e-11),
+    )
     norms = traj.xs.norm(dim=-1).numpy()
     np.testing.assert_allclose(norms, 1.0, atol=1e-8)
 
@@ -150,7 +155,9 @@ def test_feedforward_applies_W_sigma(rng):
     base = ad.velocity(0.3, z, ad.Model(W, rescaled=True)).numpy()
     got = ad.velocity(0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "relu", b)), rescaled=True)).numpy()
     np.testing.assert_allclose(got, np.maximum(base + b, 0) @ Wm.T, atol=1e-13)
-    got = ad.velocity(0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "tanh", b, bias_inside=False)), rescaled=True)).numpy()
+    got = ad.velocity(
+        0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "tanh", b, bias_inside=False)), rescaled=True)
+    ).numpy()
     np.testing.assert_allclose(got, np.tanh(base) @ Wm.T + b, atol=1e-13)
 
 

@@ -57,9 +57,7 @@ def all_finite(t: torch.Tensor) -> bool:
     return math.isfinite(float(t.sum()))
 
 
-def weights_from_scores(
-    L: torch.Tensor, *, hard: bool, causal: bool, unnormalized: bool
-) -> torch.Tensor:
+def weights_from_scores(L: torch.Tensor, *, hard: bool, causal: bool, unnormalized: bool) -> torch.Tensor:
     """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``)."""
     if not all_finite(L):
         raise FloatingPointError(

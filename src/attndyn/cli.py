@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -50,8 +51,13 @@ def delayed_progress(description: str, total: float, *, delay: float = 1.0):
             if time.perf_counter() - start < delay:
                 return
             bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>5.1f}%"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=err_console,
+                transient=False,
             )
             bar.start()
             state["bar"], state["task"] = bar, bar.add_task(description, total=total)
@@ -66,8 +72,8 @@ def delayed_progress(description: str, total: float, *, delay: float = 1.0):
 
 @app.command()
 def simulate(
-    config: Path = typer.Argument(..., help="TOML config (see configs/)."),
-    out: Path = typer.Option(..., "--out", help="Run folder to write."),
+    config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ):
     """Simulate the dynamics of a config and write a run folder."""
     from . import __version__
@@ -87,8 +93,13 @@ def simulate(
     try:
         with delayed_progress("simulate", t1 - t0) as update:
             traj = run_simulation(
-                setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step,
-                max_steps=setup.max_steps, progress=lambda t: update(t - t0),
+                setup.model,
+                setup.x0,
+                setup.ts,
+                solver=setup.solver,
+                step=setup.step,
+                max_steps=setup.max_steps,
+                progress=lambda t: update(t - t0),
             )
     except (FloatingPointError, RuntimeError) as err:
         fail(f"simulation stopped: {err}")
@@ -108,12 +119,22 @@ def simulate(
     from . import plots
 
     variable = "z" if setup.model.rescaled else "x"
-    plots.save(plots.trajectories(ts, xs, variable=variable, title=f"{cfg.n} tokens, d = {cfg.d}, {variable}-form"), out / "trajectory.png")
+    plots.save(
+        plots.trajectories(ts, xs, variable=variable, title=f"{cfg.n} tokens, d = {cfg.d}, {variable}-form"),
+        out / "trajectory.png",
+    )
     write_json(
         out / "summary.json",
         {
-            "version": __version__, "seed": cfg.seed, "stats": traj.stats, "wall_seconds": round(wall, 4),
-            "n": cfg.n, "d": cfg.d, "t1": t1, "saves": len(ts), "variable": variable,
+            "version": __version__,
+            "seed": cfg.seed,
+            "stats": traj.stats,
+            "wall_seconds": round(wall, 4),
+            "n": cfg.n,
+            "d": cfg.d,
+            "t1": t1,
+            "saves": len(ts),
+            "variable": variable,
         },
     )
     console.print(f"wrote {out} ({traj.stats['steps']} steps, {traj.stats['nfev']} evaluations, {wall:.2f} s)")

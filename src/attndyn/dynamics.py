@@ -71,9 +71,7 @@ class Model:
             raise ValueError(f"beta={self.beta!r} is invalid; it must be >= 0 (math.inf for hardmax).")
         object.__setattr__(self, "beta", beta)
         if self.rescaled and self.geometry == "sphere":
-            raise ValueError(
-                "rescaled=True with geometry='sphere' is not defined: z = e^{-tV} x does not stay on the sphere."
-            )
+            raise ValueError("rescaled=True with geometry='sphere' is not defined: z = e^{-tV} x does not stay on the sphere.")
         if self.rescaled and self.weights.heads > 1:
             raise ValueError(
                 f"rescaled=True needs one value matrix V to factor out as e^{{tV}}, but the weights have "
@@ -106,9 +104,7 @@ class Model:
             if w.ff is not None:
                 c["W"] = w.ff.W.to(dtype=like.dtype, device=like.device)
                 c["b"] = None if w.ff.bias is None else w.ff.bias.to(dtype=like.dtype, device=like.device)
-            c["fast"] = (
-                w.heads == 1 and c["M"] is not None and model_is_plain_softmax(self)
-            )
+            c["fast"] = w.heads == 1 and c["M"] is not None and model_is_plain_softmax(self)
             c["causal"] = causal_mask
             c["zero"] = torch.zeros((), dtype=like.dtype, device=like.device)
             V0 = w.V[0]
@@ -127,9 +123,7 @@ def _check_state(x: torch.Tensor, model: Model) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch tensor, not {type(x).__name__}.")
     if x.ndim < 2 or x.shape[-1] != model.weights.d:
-        raise ValueError(
-            f"x must have shape (*batch, n, d) with d = {model.weights.d}; got shape {tuple(x.shape)}."
-        )
+        raise ValueError(f"x must have shape (*batch, n, d) with d = {model.weights.d}; got shape {tuple(x.shape)}.")
 
 
 def score_inputs(t: float, x: torch.Tensor, model: Model, c: dict) -> tuple[torch.Tensor, float]:

@@ -58,8 +58,8 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         ax = fig.add_subplot(projection="3d")
         for i in range(n):
             ax.plot(xs[:, i, 0], xs[:, i, 1], xs[:, i, 2], color=colors[i], lw=1)
-        ax.scatter(*xs[0].T, facecolors="none", edgecolors="gray", s=18, label="t = %.3g" % ts[0])
-        ax.scatter(*xs[-1].T, color="crimson", s=18, label="t = %.3g" % ts[-1])
+        ax.scatter(*xs[0].T, facecolors="none", edgecolors="gray", s=18, label=f"t = {ts[0]:.3g}")
+        ax.scatter(*xs[-1].T, color="crimson", s=18, label=f"t = {ts[-1]:.3g}")
         ax.set_xlabel(f"{variable}[0]")
         ax.set_ylabel(f"{variable}[1]")
         ax.set_zlabel(f"{variable}[2]")
@@ -73,8 +73,8 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         fig, ax = plt.subplots(figsize=(5.5, 5))
         for i in range(n):
             ax.plot(pts[:, i, 0], pts[:, i, 1], color=colors[i], lw=1)
-        ax.scatter(pts[0, :, 0], pts[0, :, 1], facecolors="none", edgecolors="gray", s=20, label="t = %.3g" % ts[0])
-        ax.scatter(pts[-1, :, 0], pts[-1, :, 1], color="crimson", s=20, zorder=3, label="t = %.3g" % ts[-1])
+        ax.scatter(pts[0, :, 0], pts[0, :, 1], facecolors="none", edgecolors="gray", s=20, label=f"t = {ts[0]:.3g}")
+        ax.scatter(pts[-1, :, 0], pts[-1, :, 1], color="crimson", s=20, zorder=3, label=f"t = {ts[-1]:.3g}")
         ax.set_xlabel(labels[0])
         ax.set_ylabel(labels[1])
         ax.set_aspect("equal", adjustable="datalim")

@@ -71,7 +71,9 @@ def prepare_state(model: Model, x0) -> torch.Tensor:
     if model.geometry == "sphere":
         err = float((x.norm(dim=-1) - 1).abs().max())
         if err > SPHERE_NORM_TOL:
-            raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")
+            raise ValueError(
+                f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}."
+            )
     return x
 
 
@@ -143,7 +145,9 @@ def simulate(
         for a, b in zip(times[:-1], times[1:], strict=True):
             k = (b - a) / dt
             if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
-                raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
+                raise ValueError(
+                    f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt."
+                )
             counts.append(round(k))
         base = times[0]
         done = 0
@@ -194,7 +198,7 @@ def simulate(
                         stats["nfev"] += 1
                     stats["steps"] += 1
                     en = max(en, 1e-10)
-                    factor = step.safety * en ** (-exponent + 0.75 * step.pi_beta) * err_prev ** step.pi_beta
+                    factor = step.safety * en ** (-exponent + 0.75 * step.pi_beta) * err_prev**step.pi_beta
                     factor = min(step.max_factor, max(step.min_factor, factor))
                     err_prev = en
                     # A landing step is only shortened; keep the controller's step for the next one.
@@ -206,7 +210,9 @@ def simulate(
                     factor = step.min_factor if math.isinf(en) else max(step.min_factor, step.safety * en ** (-exponent))
                     dt = h * min(1.0, factor)
                     if t + dt == t:
-                        raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
+                        raise FloatingPointError(
+                            f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff."
+                        )
             check_finite(x, t)
             saved.append(x)
             if observe is not None:
@@ -239,7 +245,9 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
     saved = [x]
     if model.rescaled:
         if model.weights.ff is not None:
-            raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
+            raise ValueError(
+                "residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only)."
+            )
         V = model.cast(x)["V"][0]
         d = V.shape[0]
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
@@ -249,7 +257,10 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
         # The R-recursion is the attention update with value matrix R^{-1} V, scores at R^k z.
         lifted = Model(
             Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to(model.weights.V.dtype)),
-            beta=model.beta, mask=model.mask, attention=model.attention, normalization=model.normalization,
+            beta=model.beta,
+            mask=model.mask,
+            attention=model.attention,
+            normalization=model.normalization,
         )
         Rk = eye
         for k in range(layers):

@@ -79,9 +79,7 @@ class FeedForward:
         if self.bias is not None:
             b = as_float_tensor(self.bias, "FeedForward bias")
             if b.shape != (W.shape[0],):
-                raise ValueError(
-                    f"FeedForward bias must have shape ({W.shape[0]},) to match W; got {tuple(b.shape)}."
-                )
+                raise ValueError(f"FeedForward bias must have shape ({W.shape[0]},) to match W; got {tuple(b.shape)}.")
             object.__setattr__(self, "bias", b)
 
     @property
