@@ -43,9 +43,7 @@ def test_dopri5_matches_scipy_dop853(seed, rescaled):
     W = random_weights(rng, d, m=int(rng.integers(1, 4)))
     x0 = rng.normal(size=(n, d))
     ref = reference(W, x0, 1.5, rescaled=rescaled, beta=0.8)
-    traj = ad.simulate(
-        ad.Model(W, beta=0.8, rescaled=rescaled), x0, [0, 1.5], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-10, atol=1e-12)
-    )
+    traj = ad.simulate(ad.Model(W, beta=0.8, rescaled=rescaled), x0, [0, 1.5], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-10, atol=1e-12))
     scale = max(1.0, np.abs(ref).max())
     np.testing.assert_allclose(traj.xs[-1].numpy(), ref, atol=AGAINST_SCIPY * scale, rtol=0)
 

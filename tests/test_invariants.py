@@ -155,9 +155,7 @@ def test_feedforward_applies_W_sigma(rng):
     base = ad.velocity(0.3, z, ad.Model(W, rescaled=True)).numpy()
     got = ad.velocity(0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "relu", b)), rescaled=True)).numpy()
     np.testing.assert_allclose(got, np.maximum(base + b, 0) @ Wm.T, atol=1e-13)
-    got = ad.velocity(
-        0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "tanh", b, bias_inside=False)), rescaled=True)
-    ).numpy()
+    got = ad.velocity(0.3, z, ad.Model(ad.Weights(W.Q, W.K, W.V, ad.FeedForward(Wm, "tanh", b, bias_inside=False)), rescaled=True)).numpy()
     np.testing.assert_allclose(got, np.tanh(base) @ Wm.T + b, atol=1e-13)
 
 

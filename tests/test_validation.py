@@ -123,9 +123,7 @@ def test_ts_off_grid():
 
 def test_max_steps():
     with pytest.raises(RuntimeError, match=r"max_steps=5 reached at t=0.5"):
-        ad.simulate(
-            ad.Model(ad.Weights.identity(2)), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1), max_steps=5
-        )
+        ad.simulate(ad.Model(ad.Weights.identity(2)), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1), max_steps=5)
 
 
 def test_state_becomes_non_finite_names_time():
@@ -145,16 +143,12 @@ def test_rescaled_overflow_is_a_clear_error():
 
 def test_adaptive_needs_error_estimate():
     with pytest.raises(ValueError, match=r"rk4 has none"):
-        ad.simulate(
-            ad.Model(ad.Weights.identity(2)), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.AdaptiveStep(rtol=1e-6, atol=1e-9)
-        )
+        ad.simulate(ad.Model(ad.Weights.identity(2)), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.AdaptiveStep(rtol=1e-6, atol=1e-9))
 
 
 def test_sphere_needs_unit_vectors():
     with pytest.raises(ValueError, match=r"unit-norm tokens"):
-        ad.simulate(
-            ad.Model(ad.Weights.identity(2), geometry="sphere"), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1)
-        )
+        ad.simulate(ad.Model(ad.Weights.identity(2), geometry="sphere"), np.ones((3, 2)), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1))
 
 
 def test_import_is_light():

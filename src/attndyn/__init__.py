@@ -11,6 +11,16 @@ from .simulation import Trajectory, residual_layers, simulate
 from .solvers import RK4, AdaptiveStep, Dopri5, Euler, FixedStep, Heun
 from .weights import FeedForward, Weights
 
+
+def __getattr__(name):
+    # analyze pulls in SciPy's analysis stack; load it on first use so `import attndyn` stays light.
+    if name == "analyze":
+        from .analysis import analyze
+
+        return analyze
+    raise AttributeError(f"module 'attndyn' has no attribute {name!r}")
+
+
 try:
     __version__ = version("attndyn")
 except PackageNotFoundError:  # running from a source tree without installation
@@ -27,6 +37,7 @@ __all__ = [
     "RK4",
     "Trajectory",
     "Weights",
+    "analyze",
     "attention_matrix",
     "residual_layers",
     "simulate",

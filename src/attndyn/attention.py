@@ -60,9 +60,7 @@ def all_finite(t: torch.Tensor) -> bool:
 def weights_from_scores(L: torch.Tensor, *, hard: bool, causal: bool, unnormalized: bool) -> torch.Tensor:
     """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``)."""
     if not all_finite(L):
-        raise FloatingPointError(
-            "attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large."
-        )
+        raise FloatingPointError("attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large.")
     n = L.shape[-1]
     if causal:
         L = L.masked_fill(causal_mask(n, L.device), -torch.inf)

@@ -140,5 +140,63 @@ def simulate(
     console.print(f"wrote {out} ({traj.stats['steps']} steps, {traj.stats['nfev']} evaluations, {wall:.2f} s)")
 
 
+def model_from_run(run: dict):
+    """Rebuild the Model of a run folder from its resolved config and stored weights."""
+    from . import FeedForward, Model, Weights
+
+    arrays, cfg = run["arrays"], run["config"]
+    ff = None
+    spec = cfg.get("weights", {}).get("feedforward")
+    if spec is not None:
+        ff = FeedForward(arrays["W"], spec["sigma"], arrays.get("bias"), spec.get("bias_inside", True))
+    return Model(Weights(arrays["Q"], arrays["K"], arrays["V"], ff), **cfg["model"])
+
+
+@app.command()
+def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]):
+    """Analyse a run folder: regime, limits, attention structure; writes RUN_DIR/analysis.json."""
+    import torch
+    from rich.table import Table
+
+    from . import Trajectory
+    from .analysis import analyze as run_analysis
+    from .io import RunFolderError, load_run, write_json
+
+    try:
+        run = load_run(run_dir)
+        model = model_from_run(run)
+    except (RunFolderError, KeyError, TypeError, ValueError) as err:
+        fail(f"cannot read run folder {str(run_dir)!r}: {err}")
+    arrays = run["arrays"]
+    traj = Trajectory(torch.from_numpy(arrays["ts"]), torch.from_numpy(arrays["xs"]), variable=run["summary"].get("variable", "x"))
+    try:
+        result = run_analysis(traj, model)
+    except ValueError as err:
+        fail(f"cannot analyse {str(run_dir)!r}: {err}")
+    write_json(run_dir / "analysis.json", result.to_dict())
+    table = Table(title=f"analysis of {run_dir} at t = {result.t_final:g}", show_header=True)
+    table.add_column("quantity")
+    table.add_column("value", overflow="fold")
+    table.add_row("regime", f"{result.regime.name} ({result.regime.reference})")
+    table.add_row("why", result.regime.reason)
+    table.add_row("prediction", result.regime.prediction or "-")
+    lo, hi = result.cluster_tol_range
+    table.add_row(
+        f"clusters in {result.space}", f"{result.cluster_count} (stable for tol in [{lo:.2g}, {hi:.2g}], {result.cluster_decades:.1f} decades)"
+    )
+    if result.max_distance_to_prediction is not None:
+        table.add_row("max distance to prediction", f"{result.max_distance_to_prediction:.3g}")
+    table.add_row("Boolean distance of P", ", ".join(f"{b:.2g}" for b in result.boolean_distance))
+    table.add_row(f"rank of P (tol {result.rank_tol:g})", ", ".join(str(r) for r in result.rank))
+    table.add_row("leaders (some P_ij > 1 - 1e-4)", "; ".join(str(lead) for lead in result.leaders))
+    for name, fit in result.rates.items():
+        value = f"{fit['rate']:.3f} over t in [{fit['t_from']:g}, {fit['t_to']:g}]" if isinstance(fit, dict) else f"{fit:.3f}"
+        table.add_row(f"rate: {name}", value)
+    for name, mono in result.monotone.items():
+        table.add_row(name, "monotone" if mono["monotone"] else f"VIOLATED by {mono['max_violation']:.3g}")
+    console.print(table)
+    console.print(f"wrote {run_dir / 'analysis.json'}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -142,9 +142,7 @@ def score_inputs(t: float, x: torch.Tensor, model: Model, c: dict) -> tuple[torc
         except OverflowError:
             scale = math.inf
         if not math.isfinite(scale):
-            raise FloatingPointError(
-                f"e^(tV) overflows at t={t:g} (V = {lam:g} I): the logits beta*e^(2 lambda t) exceed float range."
-            )
+            raise FloatingPointError(f"e^(tV) overflows at t={t:g} (V = {lam:g} I): the logits beta*e^(2 lambda t) exceed float range.")
         return x, scale
     E = torch.linalg.matrix_exp(t * c["V"][0])
     if not bool(torch.isfinite(E).all()):
@@ -246,3 +244,24 @@ def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
         unnormalized=model.normalization == "unnormalized",
     )
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
+
+
+def attention_logits(model: Model, x, t: float = 0.0) -> torch.Tensor:
+    """The scaled scores ``beta <Q x_i, K x_j>`` of shape ``(*batch, heads, n, n)`` (``-inf`` where masked).
+
+    For log-domain rates (1 - P underflows long before the logits lose precision, SPEC §4.2(f)).
+    With ``beta = inf`` the unscaled scores are returned.
+    """
+    from .weights import as_float_tensor
+
+    x = as_float_tensor(x, "x")
+    _check_state(x, model)
+    shape = x.shape
+    n, d = shape[-2:]
+    xb = x.reshape(-1, n, d)
+    c = model.cast(xb)
+    xq, scale = score_inputs(float(t), xb, model, c)
+    L = _scores(xq, c["Q"], c["K"], scale, c["M"])
+    if model.mask == "causal":
+        L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
+    return L.reshape(*shape[:-2], model.weights.heads, n, n)

@@ -42,13 +42,17 @@ class Trajectory:
     """Saved states: ``ts`` ``(T,)`` float64, ``xs`` ``(T, *batch, n, d)`` (time first, always).
 
     ``stats`` counts ``nfev``, ``steps`` (accepted) and ``rejected``. ``observed`` holds the
-    stacked outputs of ``observe(t, x)`` at the save times, or ``None``.
+    stacked outputs of ``observe(t, x)`` at the save times, or ``None``. ``variable`` is ``"z"``
+    when ``xs`` holds rescaled tokens, ``"x"`` otherwise; ``step_size`` is the layer step of a
+    discrete (``residual_layers``) trajectory and ``None`` for an ODE solution.
     """
 
     ts: torch.Tensor
     xs: torch.Tensor
     stats: dict = field(default_factory=dict)
     observed: torch.Tensor | None = None
+    variable: str = "x"
+    step_size: float | None = None
 
     def numpy(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ts, xs)`` as NumPy arrays (on the host)."""
@@ -71,9 +75,7 @@ def prepare_state(model: Model, x0) -> torch.Tensor:
     if model.geometry == "sphere":
         err = float((x.norm(dim=-1) - 1).abs().max())
         if err > SPHERE_NORM_TOL:
-            raise ValueError(
-                f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}."
-            )
+            raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")
     return x
 
 
@@ -145,9 +147,7 @@ def simulate(
         for a, b in zip(times[:-1], times[1:], strict=True):
             k = (b - a) / dt
             if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
-                raise ValueError(
-                    f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt."
-                )
+                raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
             counts.append(round(k))
         base = times[0]
         done = 0
@@ -210,9 +210,7 @@ def simulate(
                     factor = step.min_factor if math.isinf(en) else max(step.min_factor, step.safety * en ** (-exponent))
                     dt = h * min(1.0, factor)
                     if t + dt == t:
-                        raise FloatingPointError(
-                            f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff."
-                        )
+                        raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
             check_finite(x, t)
             saved.append(x)
             if observe is not None:
@@ -225,6 +223,7 @@ def simulate(
         xs=torch.stack(saved),
         stats=stats,
         observed=torch.stack([torch.as_tensor(o) for o in obs]) if obs is not None else None,
+        variable="z" if model.rescaled else "x",
     )
 
 
@@ -245,9 +244,7 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
     saved = [x]
     if model.rescaled:
         if model.weights.ff is not None:
-            raise ValueError(
-                "residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only)."
-            )
+            raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
         V = model.cast(x)["V"][0]
         d = V.shape[0]
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
@@ -282,4 +279,6 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
         ts=torch.arange(layers + 1, dtype=torch.float64) * dt,
         xs=torch.stack(saved),
         stats={"nfev": layers, "steps": layers, "rejected": 0},
+        variable="z" if model.rescaled else "x",
+        step_size=dt,
     )

@@ -180,9 +180,7 @@ def error_norm(err: torch.Tensor, x: torch.Tensor, x_new: torch.Tensor, rtol: fl
     return float(r.mean(-1).sqrt().max())
 
 
-def initial_step(
-    f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, order: int, rtol: float, atol: float, nbatch_dims: int
-) -> tuple[float, int]:
+def initial_step(f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, order: int, rtol: float, atol: float, nbatch_dims: int) -> tuple[float, int]:
     """Hairer, Norsett, Wanner I, §II.4 starting-step heuristic. Returns ``(dt, nfev)``."""
     zero = torch.zeros_like(x)
     d0 = error_norm(x, zero, x, rtol, atol, nbatch_dims)

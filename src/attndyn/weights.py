@@ -110,9 +110,7 @@ class Weights:
         if d == 0 or m == 0:
             raise ValueError(f"Q has shape {tuple(Q.shape)}; m and d must be positive.")
         if V.shape != (heads, d, d):
-            raise ValueError(
-                f"V must have shape (heads, d, d) = ({heads}, {d}, {d}) to match Q {tuple(Q.shape)}; got {tuple(V.shape)}."
-            )
+            raise ValueError(f"V must have shape (heads, d, d) = ({heads}, {d}, {d}) to match Q {tuple(Q.shape)}; got {tuple(V.shape)}.")
         if self.ff is not None:
             if not isinstance(self.ff, FeedForward):
                 raise TypeError(f"ff must be a FeedForward or None, not {type(self.ff).__name__}.")
