@@ -28,6 +28,7 @@ import torch
 
 from . import clusters, geometry, lowrank, spectra
 from .dynamics import Model, attention_matrix
+from .io import finite_json
 from .simulation import Trajectory
 
 # Tolerances of the analysis, explicit and documented (SPEC §4.0).
@@ -63,20 +64,7 @@ class Analysis:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["regime"] = asdict(self.regime)
-        return _finite_json(out)
-
-
-def _finite_json(obj):
-    if isinstance(obj, dict):
-        return {k: _finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_json(v) for v in obj]
-    if isinstance(obj, float | np.floating):
-        v = float(obj)
-        return v if math.isfinite(v) else str(v)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
+        return finite_json(out)
 
 
 def rescaled_tokens(traj: Trajectory, model: Model) -> np.ndarray | None:

@@ -198,5 +198,83 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
     console.print(f"wrote {run_dir / 'analysis.json'}")
 
 
+@app.command("list")
+def list_claims():
+    """List the claims that `attndyn reproduce` checks, with their paper references."""
+    from rich.table import Table
+
+    from .experiments import EXPERIMENTS, load
+
+    table = Table(show_header=True)
+    for col in ("claim", "paper reference", "verdict kind", "title"):
+        table.add_column(col, overflow="fold")
+    for cid in EXPERIMENTS:
+        info = load(cid).CLAIM
+        table.add_row(cid, info.paper_ref, info.kind, info.title)
+    console.print(table)
+
+
+@app.command()
+def reproduce(
+    claims: Annotated[list[str] | None, typer.Argument(help="Claim ids (default: all; see `attndyn list`).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes: every claim in a few minutes on a laptop.")] = False,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("report"),
+    seed: Annotated[int, typer.Option("--seed", help="Base seed of every claim.")] = 0,
+):
+    """Run the claims of the paper and write DIR/index.html and DIR/results.json."""
+    from .experiments import EXPERIMENTS, load
+    from .experiments.runner import run_claim
+    from .report import ReportError, build
+
+    chosen = list(claims) if claims else list(EXPERIMENTS)
+    unknown = [c for c in chosen if c not in EXPERIMENTS]
+    if unknown:
+        fail(f"unknown claim id(s) {', '.join(unknown)}; valid ids: {', '.join(EXPERIMENTS)}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    (out / "index.html").unlink(missing_ok=True)
+    (out / "results.json").unlink(missing_ok=True)
+    runs = out / "runs"
+    if runs.is_dir():
+        import shutil
+
+        for old in runs.iterdir():
+            if old.is_dir() and old.name not in chosen:
+                shutil.rmtree(old)
+    start = time.perf_counter()
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=err_console)
+    verdicts = {}
+    with bar:
+        task = bar.add_task("reproduce", total=len(chosen))
+        for cid in chosen:
+            bar.update(task, description=f"reproduce: {cid}")
+            record = run_claim(cid, load(cid), runs / cid, seed=seed, quick=quick)
+            verdicts[cid] = record["verdict"]
+            bar.advance(task)
+    try:
+        page = build(out)
+    except ReportError as err:
+        fail(str(err))
+    summary = ", ".join(f"{v}: {sum(x == v for x in verdicts.values())}" for v in ("pass", "fail", "report", "skipped"))
+    console.print(f"{len(chosen)} claims in {time.perf_counter() - start:.0f} s ({summary})")
+    for cid, v in verdicts.items():
+        if v == "fail":
+            console.print(f"[bold red]FAIL[/] {cid}: see the report")
+    console.print(f"report: {page.resolve()}")
+
+
+@app.command()
+def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]):
+    """Rebuild DIR/index.html and DIR/results.json from the run folders, without recomputing."""
+    from .report import ReportError, build
+
+    try:
+        page = build(out)
+    except ReportError as err:
+        fail(str(err))
+    console.print(f"report: {page.resolve()}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -85,18 +85,18 @@ def exceptional_rows(P, *, tol: float) -> np.ndarray:
 
 
 def leader_log_gap(L) -> np.ndarray:
-    """``-log(1 - P_{i, lead(i)})`` per row from logits ``L`` (``(n, n)``, ``-inf`` allowed for masked entries).
+    """``-log(1 - P_{i, lead(i)})`` per row from logits ``L`` (``(..., n, n)``, ``-inf`` allowed where masked).
 
     ``lead(i)`` is the argmax of row i. Computed as logsumexp(L_i) - logsumexp(L_i without lead).
     Rows whose only finite logit is the leader give ``inf``.
     """
     L = np.asarray(L.detach().cpu() if hasattr(L, "detach") else L, dtype=np.float64)
-    if L.ndim != 2 or L.shape[0] != L.shape[1]:
-        raise ValueError(f"L must be an (n, n) matrix of logits; got shape {L.shape}.")
+    if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
+        raise ValueError(f"L must be an (n, n) matrix of logits or a stack of them; got shape {L.shape}.")
     if np.isnan(L).any() or np.isposinf(L).any():
         raise ValueError("L contains NaN or +inf logits.")
-    lead = L.argmax(1)
+    lead = L.argmax(-1)
     rest = L.copy()
-    rest[np.arange(len(L)), lead] = -np.inf
+    np.put_along_axis(rest, lead[..., None], -np.inf, axis=-1)
     with np.errstate(divide="ignore"):
-        return logsumexp(L, axis=1) - logsumexp(rest, axis=1)
+        return logsumexp(L, axis=-1) - logsumexp(rest, axis=-1)

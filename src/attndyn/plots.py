@@ -81,3 +81,258 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         ax.legend(loc="best", fontsize=9)
     ax.set_title(title or f"{n} tokens, d = {d}")
     return fig
+
+
+def _hull_polygon(points: np.ndarray):
+    """Vertices of the 2-D convex hull in order (for drawing), or None when degenerate."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(points)
+    except (QhullError, ValueError):
+        return None
+    return points[np.r_[hull.vertices, hull.vertices[0]]]
+
+
+def _hull_edges_3d(points: np.ndarray):
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(points)
+    except (QhullError, ValueError):
+        return []
+    return [points[np.r_[s, s[0]]] for s in hull.simplices]
+
+
+def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=None):
+    """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the limit polytope (solid)."""
+    zs = np.asarray(zs)
+    d = zs.shape[-1]
+    final = np.asarray(limit_points) if limit_points is not None else zs[-1]
+    colors = plt.cm.viridis(np.linspace(0, 0.9, zs.shape[1]))
+    if d == 2:
+        fig, ax = plt.subplots(figsize=(5.5, 5))
+        for i in range(zs.shape[1]):
+            ax.plot(zs[:, i, 0], zs[:, i, 1], color=colors[i], lw=0.9)
+        for poly, style, label in ((_hull_polygon(zs[0]), "--", "initial hull"), (_hull_polygon(final), "-", "limit polytope")):
+            if poly is not None:
+                ax.plot(poly[:, 0], poly[:, 1], style, color="black" if style == "-" else "gray", lw=1.2, label=label)
+        ax.scatter(zs[0, :, 0], zs[0, :, 1], facecolors="none", edgecolors="gray", s=16)
+        ax.scatter(zs[-1, :, 0], zs[-1, :, 1], color="crimson", s=18, zorder=3, label=f"t = {ts[-1]:.3g}")
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        fig = plt.figure(figsize=(6, 5.5))
+        ax = fig.add_subplot(projection="3d")
+        for i in range(zs.shape[1]):
+            ax.plot(zs[:, i, 0], zs[:, i, 1], zs[:, i, 2], color=colors[i], lw=0.8)
+        for e in _hull_edges_3d(final):
+            ax.plot(e[:, 0], e[:, 1], e[:, 2], color="black", lw=0.6)
+        ax.scatter(*zs[-1].T, color="crimson", s=14)
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        ax.set_zlabel(f"{variable}[2]")
+    ax.set_title(title)
+    return fig
+
+
+def coordinates_vs_time(ts, c, *, levels: dict, ylabel: str, title: str):
+    """Scalar coordinates c_i(t) (``(T, n)``) against t, with horizontal reference lines."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    c = np.asarray(c)
+    colors = plt.cm.viridis(np.linspace(0, 0.9, c.shape[1]))
+    for i in range(c.shape[1]):
+        ax.plot(ts, c[:, i], color=colors[i], lw=0.9)
+    for name, value in levels.items():
+        ax.axhline(value, color="crimson", ls="--", lw=1)
+        ax.annotate(f"{name} = {value:.4g}", (ts[-1], value), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=9, color="crimson")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig
+
+
+def attention_heatmaps(Ps, times, ranks, *, tol: float, title: str):
+    """P at several times, each titled with its numerical rank at the explicit tolerance."""
+    k = len(Ps)
+    fig, axes = plt.subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
+    for ax, P, t, r in zip(axes[0], Ps, times, ranks, strict=True):
+        ax.imshow(P, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(f"t = {t:.3g}, rank = {r}", fontsize=10)
+        ax.set_xlabel("j (attended)")
+        ax.set_ylabel("i")
+    fig.suptitle(f"{title} (rank: singular values > {tol:g})", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def distance_log(ts, dist, *, ylabel: str, title: str, fit=None, floor: float = 1e-300):
+    """A distance on a log scale against t, with an optional fitted exponential rate."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    dist = np.asarray(dist, float)
+    ok = dist > floor
+    ax.semilogy(np.asarray(ts)[ok], dist[ok], color="navy", lw=1.5, label="measured")
+    if fit is not None:
+        rate, intercept, t0, t1 = fit
+        tt = np.linspace(t0, t1, 50)
+        ax.semilogy(tt, np.exp(intercept - rate * tt), "--", color="crimson", lw=1.5, label=f"fit: C e^(-{rate:.3f} t)")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=9)
+    return fig
+
+
+def counts_vs_time(ts, counts: dict, *, ylabel: str, title: str, logx: bool = False):
+    """Cluster counts (or other integer series) against t; ``counts`` maps a label to a series."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, series in counts.items():
+        ax.step(ts, series, where="post", lw=1.4, label=label)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(counts) > 1:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def loglog(ts, series: dict, *, ylabel: str, title: str, slopes: dict | None = None):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, y in series.items():
+        ax.loglog(ts, y, lw=1.5, label=label)
+    for label, (t, y) in (slopes or {}).items():
+        ax.loglog(t, y, "--", lw=1, color="gray", label=label)
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
+    """Coordinates of the tokens along the eigen-directions of a symmetric V (high-dimensional figure).
+
+    Left: directions with positive eigenvalue (the conjecture predicts convergence), mean +- std over
+    tokens, split by the sign of the final value. Right: directions with negative eigenvalue
+    (repulsive in z), symlog scale.
+    """
+    coords = np.asarray(coords)  # (T, n, d)
+    eigenvalues = np.asarray(eigenvalues)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    pos = np.flatnonzero(eigenvalues > 0)
+    neg = np.flatnonzero(eigenvalues < 0)
+    for k in pos[np.argsort(-eigenvalues[pos])][:6]:
+        c = coords[:, :, k]
+        for sign, style in ((1, "-"), (-1, "--")):
+            sel = np.sign(c[-1]) == sign
+            if sel.any():
+                m, s = c[:, sel].mean(1), c[:, sel].std(1)
+                a1.plot(ts, m, style, lw=1.2, label=f"lambda = {eigenvalues[k]:.2f}, final {'> 0' if sign > 0 else '< 0'}")
+                a1.fill_between(ts, m - s, m + s, alpha=0.15)
+    a1.set_xlabel("t")
+    a1.set_ylabel("coordinate of z_i along eigenvector")
+    a1.set_title("positive eigenvalues (6 largest)")
+    a1.legend(fontsize=7)
+    for k in neg[np.argsort(eigenvalues[neg])][:6]:
+        a2.plot(ts, coords[:, :, k].mean(1), lw=1.2, label=f"lambda = {eigenvalues[k]:.2f} (mean over tokens)")
+    a2.set_yscale("symlog")
+    a2.set_xlabel("t")
+    a2.set_ylabel("coordinate (symlog)")
+    a2.set_title("negative eigenvalues (6 most negative)")
+    a2.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def write_gif(path, setup, update, n_frames: int, *, figsize=(4.5, 4.5), fps: int = 8, dpi: int = 72) -> Path:
+    """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
+
+    Artists are created once and updated per frame (rebuilding axes per frame is ~10x slower).
+    """
+    import tempfile
+
+    from matplotlib.animation import PillowWriter
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = plt.figure(figsize=figsize)
+    state = setup(fig)
+    writer = PillowWriter(fps=fps)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        tmp_file = Path(tmp) / path.name
+        with writer.saving(fig, str(tmp_file), dpi):
+            for k in range(n_frames):
+                update(state, k)
+                writer.grab_frame()
+        plt.close(fig)
+        atomic_write_bytes(path, tmp_file.read_bytes())
+    return path
+
+
+def frame_indices(T: int, n_frames: int = 30) -> np.ndarray:
+    return np.unique(np.linspace(0, T - 1, min(n_frames, T)).round().astype(int))
+
+
+def points_movie(path, ts, zs, *, title: str, variable: str = "z"):
+    """Tokens moving in 2-D or 3-D (with the current convex hull in 2-D)."""
+    zs = np.asarray(zs)
+    idx = frame_indices(len(ts))
+    d = zs.shape[-1]
+    lo, hi = zs.min((0, 1)), zs.max((0, 1))
+    pad = 0.05 * (hi - lo + 1e-12)
+
+    def setup(fig):
+        if d == 2:
+            ax = fig.add_subplot()
+            (hull,) = ax.plot([], [], color="gray", lw=1)
+            pts = ax.scatter(zs[0, :, 0], zs[0, :, 1], color="crimson", s=14)
+            ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
+            ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
+            ax.set_aspect("equal", adjustable="box")
+        else:
+            ax = fig.add_subplot(projection="3d")
+            hull = None
+            pts = ax.scatter(*zs[0, :, :3].T, color="crimson", s=10)
+            ax.set_xlim(lo[0], hi[0])
+            ax.set_ylim(lo[1], hi[1])
+            ax.set_zlim(lo[2], hi[2])
+            ax.set_zlabel(f"{variable}[2]")
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        return ax, hull, pts
+
+    def update(state, k):
+        ax, hull, pts = state
+        z = zs[idx[k]]
+        if d == 2:
+            pts.set_offsets(z)
+            poly = _hull_polygon(z)
+            hull.set_data(*(poly.T if poly is not None else ([], [])))
+        else:
+            pts._offsets3d = (z[:, 0], z[:, 1], z[:, 2])
+        ax.set_title(f"{title}, t = {ts[idx[k]]:.2f}", fontsize=10)
+
+    return write_gif(path, setup, update, len(idx))
+
+
+def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
+    idx = frame_indices(len(ts))
+
+    def setup(fig):
+        ax = fig.add_subplot()
+        im = ax.imshow(Ps[0], cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_xlabel("j (attended)")
+        ax.set_ylabel("i")
+        return ax, im
+
+    def update(state, k):
+        ax, im = state
+        im.set_data(Ps[idx[k]])
+        ax.set_title(f"{title}\nt = {ts[idx[k]]:.2f}, rank = {ranks[idx[k]]} (tol {tol:g})", fontsize=9)
+
+    return write_gif(path, setup, update, len(idx))

@@ -1,0 +1,35 @@
+"""One module per claim of the paper (and of its follow-ups).
+
+``EXPERIMENTS`` is a plain dict from claim id to module name (imported on demand with
+``load``). Each module exports ``CLAIM``, ``Config``, ``QUICK``, ``run`` and ``figures`` (see
+``common``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+EXPERIMENTS = {
+    "model-equivalence": "model_equivalence",
+    "boolean-1d": "boolean_1d",
+    "leaders": "leaders",
+    "polytope": "polytope",
+    "polytope-relaxed": "polytope_relaxed",
+    "collapse": "collapse",
+    "hyperplanes": "hyperplanes",
+    "hyperplanes-negative-control": "hyperplanes_negative_control",
+    "codimension": "codimension",
+    "polytope-subspace": "polytope_subspace",
+    "feedforward": "feedforward",
+    "multihead": "multihead",
+    "high-dimensional": "high_dimensional",
+    "sphere": "sphere",
+    "sphere-metastability": "sphere_metastability",
+    "causal": "causal",
+    "hardmax": "hardmax",
+}
+
+
+def load(claim_id: str):
+    """The module of a claim id (raises KeyError for an unknown id)."""
+    return importlib.import_module(f"{__name__}.{EXPERIMENTS[claim_id]}")

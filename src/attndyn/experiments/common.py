@@ -1,0 +1,119 @@
+"""Shared pieces of the claim modules: claim metadata, checks, results, batched runs.
+
+Contract
+--------
+Each claim module exports ``CLAIM`` (:class:`ClaimInfo`), ``Config`` (pydantic,
+``extra="forbid"``, ``seed`` required, defaults = SPEC's full-size inputs), ``QUICK`` (the
+overrides of the quick size), ``run(config) -> Result`` (computes, no I/O) and
+``figures(result) -> dict[name, Figure]`` (plus optionally ``movies(result) -> dict[name, frames
+spec]``). ``Result.checks`` maps a check name to :class:`Check` ``(value, threshold, passed)``;
+for claims of kind ``report`` the verdict is ``report`` whatever the checks say.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+import attndyn as ad
+
+
+class ExperimentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seed: int
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    id: str
+    paper_ref: str
+    title: str
+    statement: str
+    hypotheses: str
+    kind: str  # "pass/fail" or "report"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One numerical check: ``passed`` is None for values that are reported, not judged."""
+
+    value: float
+    threshold: str
+    passed: bool | None
+    note: str = ""
+
+
+def at_most(value, limit, note: str = "") -> Check:
+    value = float(value)
+    return Check(value, f"<= {limit:g}", bool(value <= limit), note)
+
+
+def at_least(value, limit, note: str = "") -> Check:
+    value = float(value)
+    return Check(value, f">= {limit:g}", bool(value >= limit), note)
+
+
+def within(value, lo, hi, note: str = "") -> Check:
+    value = float(value)
+    return Check(value, f"in [{lo:g}, {hi:g}]", bool(lo <= value <= hi), note)
+
+
+def report(value, note: str = "") -> Check:
+    return Check(float(value), "(reported)", None, note)
+
+
+@dataclass
+class Result:
+    claim: ClaimInfo
+    checks: dict[str, Check]
+    params: dict
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        if self.claim.kind == "report":
+            return "report"
+        judged = [c.passed for c in self.checks.values() if c.passed is not None]
+        return "pass" if judged and all(judged) else "fail"
+
+
+def simulate_batch(model, x0, t1: float, *, dt: float | None = None, saves: int = 101, rtol: float = 1e-8, atol: float = 1e-10):
+    """Simulate a batch ``x0`` ``(S, n, d)`` to ``t1``; RK4 with ``dt`` or adaptive Dopri5. Returns (ts, xs numpy)."""
+    if dt is not None:
+        steps = round(t1 / dt)
+        every = max(1, steps // (saves - 1))
+        k = np.arange(0, steps + 1, every)
+        if k[-1] != steps:
+            k = np.append(k, steps)
+        ts = k * dt
+        traj = ad.simulate(model, x0, ts, solver=ad.RK4(), step=ad.FixedStep(dt), max_steps=10_000_000)
+    else:
+        ts = np.linspace(0.0, t1, saves)
+        traj = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=atol), max_steps=10_000_000)
+    return traj.numpy()
+
+
+def fraction(flags) -> float:
+    flags = np.asarray(flags, dtype=bool)
+    return float(flags.mean()) if flags.size else 0.0
+
+
+def unit_rows(a: np.ndarray) -> np.ndarray:
+    return a / np.linalg.norm(a, axis=-1, keepdims=True)
+
+
+def tensor(a) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(a, dtype=np.float64))
+
+
+def log_slope(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(y) & (y > 0)
+    if ok.sum() < 2:
+        return math.nan
+    return float(np.polyfit(x[ok], np.log(y[ok]), 1)[0])

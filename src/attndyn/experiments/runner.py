@@ -1,0 +1,76 @@
+"""Run claims and write their run folders (edge: I/O, figures).
+
+A claim's run folder ``DIR/runs/<id>/`` holds ``config.json``, ``result.json`` (checks,
+verdict, parameters, seconds, extra information), ``arrays.npz``, ``figures/*.png``, movies
+(``*.gif``) and ``summary.json``, written last: its presence marks a complete folder. A folder is
+cleared of its ``summary.json`` before a rerun, so an interrupted run never looks complete.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import time
+from pathlib import Path
+
+from .. import __version__
+from ..io import write_json, write_npz
+from .common import Result
+
+
+def config_for(module, *, seed: int, quick: bool):
+    overrides = dict(module.QUICK) if quick else {}
+    return module.Config(seed=seed, **overrides)
+
+
+def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dict:
+    return {
+        "id": result.claim.id,
+        "paper_ref": result.claim.paper_ref,
+        "title": result.claim.title,
+        "statement": result.claim.statement,
+        "hypotheses": result.claim.hypotheses,
+        "kind": result.claim.kind,
+        "verdict": result.verdict,
+        "checks": [
+            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note}
+            for name, c in result.checks.items()
+        ],
+        "params": result.params,
+        "info": result.info,
+        "seconds": round(seconds, 3),
+        "quick": quick,
+        "seed": seed,
+        "version": __version__,
+    }
+
+
+def run_claim(claim_id: str, module, folder: Path, *, seed: int, quick: bool) -> dict:
+    """Run one claim, write its folder, return its record."""
+    from .. import plots
+
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "figures").mkdir(parents=True)
+    config = config_for(module, seed=seed, quick=quick)
+    write_json(folder / "config.json", config.model_dump(mode="json"))
+    start = time.perf_counter()
+    result = module.run(config)
+    seconds = time.perf_counter() - start
+    write_npz(folder / "arrays.npz", **result.arrays)
+    names = []
+    for name, fig in module.figures(result).items():
+        plots.save(fig, folder / "figures" / f"{name}.png")
+        names.append(f"figures/{name}.png")
+    movies = [p.name for p in module.movies(result, folder)] if hasattr(module, "movies") else []
+    record = result_record(result, seconds, quick, seed)
+    record["figures"] = names
+    record["movies"] = movies
+    write_json(folder / "result.json", record)
+    write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
+    return record
+
+
+def load_module(module_name: str):
+    return importlib.import_module(f"attndyn.experiments.{module_name}")
