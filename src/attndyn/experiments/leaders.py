@@ -1,0 +1,74 @@
+"""F-leaders (SPEC §4.2, leaders experiment): in d = 2 with V = B B^T and Q^T K = C C^T, few columns of P survive."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import attndyn as ad
+
+from .. import lowrank, plots
+from .common import ClaimInfo, ExperimentConfig, Result, at_most, report
+
+CLAIM = ClaimInfo(
+    id="leaders",
+    paper_ref="arXiv:2305.05465v6 §2 (leaders; authors' leaders.py, GIF movies/Th21/2d)",
+    title="Leaders in d = 2: the number of attended columns collapses",
+    statement=(
+        "Smoke test of the leaders picture beyond d = 1: with V = B B^T and Q^T K = C C^T (PSD), explicit Euler on x with "
+        "dt = 0.1 to T = 10 as in the authors' script, the number of columns of P carrying attention (entries > 1e-4) "
+        "drops to a small number (2 in the authors' run). Not a theorem."
+    ),
+    hypotheses="d = 2; V = B B^T, Q^T K = C C^T with B, C ~ U[-1, 1]^{2x2}; x0 ~ U[-1, 1]^2; residual (Euler) dynamics on x.",
+    kind="pass/fail",
+)
+
+
+class Config(ExperimentConfig):
+    n: int = 20
+    seeds: int = 20
+    dt: float = 0.1
+    T: float = 10.0
+
+
+QUICK: dict = {}
+SUPPORT_TOL = 1e-4
+SMALL = 3  # "a small number" of surviving columns
+
+
+def run(config: Config) -> Result:
+    rng = np.random.default_rng(config.seed)
+    layers = round(config.T / config.dt)
+    final_counts, initial_counts, series = [], [], None
+    for s in range(config.seeds):
+        B, C = rng.uniform(-1, 1, (2, 2)), rng.uniform(-1, 1, (2, 2))
+        model = ad.Model(ad.Weights(np.eye(2), C @ C.T, B @ B.T))
+        x0 = rng.uniform(-1, 1, (config.n, 2))
+        xs = ad.residual_layers(model, x0, layers, step_size=config.dt).xs
+        P = ad.attention_matrix(model, xs).numpy()[:, 0]
+        counts = [len(lowrank.support_columns(p, tol=SUPPORT_TOL)) for p in P]
+        final_counts.append(counts[-1])
+        initial_counts.append(counts[0])
+        if s == 0:
+            series = np.array(counts)
+            kept_x, kept_P = xs.numpy(), P
+    final_counts = np.array(final_counts)
+    checks = {
+        "median number of columns with an entry > 1e-4 at T": at_most(np.median(final_counts), SMALL),
+        "fraction of seeds ending with more than 3 such columns": report(np.mean(final_counts > SMALL)),
+        "median number of such columns at t = 0": report(np.median(initial_counts)),
+    }
+    ts = np.arange(layers + 1) * config.dt
+    return Result(CLAIM, checks, config.model_dump(), {"ts": ts, "counts": series, "x": kept_x, "P": kept_P},
+                  {"final_counts": final_counts.tolist()})
+
+
+def figures(result: Result) -> dict:
+    a = result.arrays
+    idx = [0, 20, 50, len(a["ts"]) - 1]
+    return {
+        "columns": plots.counts_vs_time(a["ts"], {"seed 0": a["counts"]}, ylabel="columns of P with an entry > 1e-4",
+                                        title="Leaders: attended columns over time (d = 2)"),
+        "attention": plots.attention_heatmaps([a["P"][k] for k in idx], [a["ts"][k] for k in idx],
+                                              [lowrank.numerical_rank(a["P"][k], tol=1e-8) for k in idx], tol=1e-8,
+                                              title="P along the Euler iteration"),
+    }
