@@ -242,8 +242,9 @@ def reproduce(
             if old.is_dir() and old.name not in chosen:
                 shutil.rmtree(old)
     start = time.perf_counter()
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=err_console)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err_console
+    )
     verdicts = {}
     with bar:
         task = bar.add_task("reproduce", total=len(chosen))

@@ -108,7 +108,10 @@ def figures(result: Result) -> dict:
     ts, z = result.arrays["ts"], result.arrays["z"]
     figs = {
         "tokens": plots.coordinates_vs_time(
-            ts, z, levels={"a": float(z[-1].min()), "b": float(z[-1].max())}, ylabel="z_i(t) = e^{-vt} x_i(t)",
+            ts,
+            z,
+            levels={"a": float(z[-1].min()), "b": float(z[-1].max())},
+            ylabel="z_i(t) = e^{-vt} x_i(t)",
             title="d = 1: rescaled tokens (one seed)",
         )
     }
@@ -116,8 +119,11 @@ def figures(result: Result) -> dict:
     times = [0, 1, 2, 4, 10]
     idx = [int(np.searchsorted(ts, t)) for t in times]
     figs["attention"] = plots.attention_heatmaps(
-        [Ps[k] for k in idx], [ts[k] for k in idx], [lowrank.numerical_rank(Ps[k], tol=RANK_TOL) for k in idx],
-        tol=RANK_TOL, title="P(t), tokens sorted by x_i(0)",
+        [Ps[k] for k in idx],
+        [ts[k] for k in idx],
+        [lowrank.numerical_rank(Ps[k], tol=RANK_TOL) for k in idx],
+        tol=RANK_TOL,
+        title="P(t), tokens sorted by x_i(0)",
     )
     return figs
 
@@ -126,5 +132,8 @@ def movies(result: Result, folder) -> list:
     ts, Ps = _attention_series(result)
     sel = ts <= 10.0 / result.info["v"] + 1e-9
     ranks = [lowrank.numerical_rank(P, tol=RANK_TOL) for P in Ps]
-    return [plots.heatmap_movie(folder / "boolean_1d_attention.gif", ts[sel], np.array(Ps)[sel], np.array(ranks)[sel], tol=RANK_TOL,
-                                title="d = 1, P(t) (tokens sorted)")]
+    return [
+        plots.heatmap_movie(
+            folder / "boolean_1d_attention.gif", ts[sel], np.array(Ps)[sel], np.array(ranks)[sel], tol=RANK_TOL, title="d = 1, P(t) (tokens sorted)"
+        )
+    ]

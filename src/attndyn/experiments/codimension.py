@@ -72,7 +72,12 @@ def run(config: Config) -> Result:
 def figures(result: Result) -> dict:
     ts, u = result.arrays["ts"], result.arrays["u"]
     return {
-        f"unstable_{k}": plots.coordinates_vs_time(ts, u[:, :, k], levels={}, ylabel=f"unstable coordinate {k + 1} of z_i",
-                                                   title=f"Vc: projection on the unstable subspace, coordinate {k + 1}")
+        f"unstable_{k}": plots.coordinates_vs_time(
+            ts,
+            u[:, :, k],
+            levels={},
+            ylabel=f"unstable coordinate {k + 1} of z_i",
+            title=f"Vc: projection on the unstable subspace, coordinate {k + 1}",
+        )
         for k in range(u.shape[-1])
     }

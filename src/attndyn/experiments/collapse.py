@@ -77,9 +77,13 @@ def figures(result: Result) -> dict:
     t = a["ts"][sel]
     return {
         "decay": plots.loglog(
-            t, {"max_i |x_i(t)|": a["norm"][sel], "max |P(t) - 1/n|": a["pdev"][sel]}, ylabel="size", title="V = -I: algebraic decay",
+            t,
+            {"max_i |x_i(t)|": a["norm"][sel], "max |P(t) - 1/n|": a["pdev"][sel]},
+            ylabel="size",
+            title="V = -I: algebraic decay",
             slopes={"slope -1/2": (t, a["norm"][sel][-1] * (t / t[-1]) ** -0.5), "slope -1": (t, a["pdev"][sel][-1] * (t / t[-1]) ** -1.0)},
         ),
-        "energy": plots.coordinates_vs_time(a["ts"], a["energy"][:, None], levels={}, ylabel="int_0^t sum_i |x_i'|^2 ds",
-                                            title="finite kinetic energy (e:finiteinegral)"),
+        "energy": plots.coordinates_vs_time(
+            a["ts"], a["energy"][:, None], levels={}, ylabel="int_0^t sum_i |x_i'|^2 ds", title="finite kinetic energy (e:finiteinegral)"
+        ),
     }

@@ -124,7 +124,10 @@ def figures(result: Result) -> dict:
             continue
         ts, c = a[f"ts_{name}"], a[f"c_{name}"]
         figs[f"coordinates_{name}"] = plots.coordinates_vs_time(
-            ts, c, levels={"a": float(c[-1].min()), "0": 0.0, "b": float(c[-1].max())}, ylabel="phi_1*(z_i(t))",
+            ts,
+            c,
+            levels={"a": float(c[-1].min()), "0": 0.0, "b": float(c[-1].max())},
+            ylabel="phi_1*(z_i(t))",
             title=f"{name}: hyperplane coordinates (one seed)",
         )
     if "z_V2" in a:

@@ -58,17 +58,21 @@ def run(config: Config) -> Result:
         "median number of such columns at t = 0": report(np.median(initial_counts)),
     }
     ts = np.arange(layers + 1) * config.dt
-    return Result(CLAIM, checks, config.model_dump(), {"ts": ts, "counts": series, "x": kept_x, "P": kept_P},
-                  {"final_counts": final_counts.tolist()})
+    return Result(CLAIM, checks, config.model_dump(), {"ts": ts, "counts": series, "x": kept_x, "P": kept_P}, {"final_counts": final_counts.tolist()})
 
 
 def figures(result: Result) -> dict:
     a = result.arrays
     idx = [0, 20, 50, len(a["ts"]) - 1]
     return {
-        "columns": plots.counts_vs_time(a["ts"], {"seed 0": a["counts"]}, ylabel="columns of P with an entry > 1e-4",
-                                        title="Leaders: attended columns over time (d = 2)"),
-        "attention": plots.attention_heatmaps([a["P"][k] for k in idx], [a["ts"][k] for k in idx],
-                                              [lowrank.numerical_rank(a["P"][k], tol=1e-8) for k in idx], tol=1e-8,
-                                              title="P along the Euler iteration"),
+        "columns": plots.counts_vs_time(
+            a["ts"], {"seed 0": a["counts"]}, ylabel="columns of P with an entry > 1e-4", title="Leaders: attended columns over time (d = 2)"
+        ),
+        "attention": plots.attention_heatmaps(
+            [a["P"][k] for k in idx],
+            [a["ts"][k] for k in idx],
+            [lowrank.numerical_rank(a["P"][k], tol=1e-8) for k in idx],
+            tol=1e-8,
+            title="P along the Euler iteration",
+        ),
     }

@@ -112,7 +112,10 @@ def run(config: Config) -> Result:
         x *= R * rng.uniform() / np.linalg.norm(x)
         worst_bound = max(worst_bound, np.linalg.norm(field_mean(Q, K, V, support, x[None])[0]) / (vnorm * R))
         h = 1e-6
-        J = np.stack([(field_mean(Q, K, V, support, (x + h * e)[None])[0] - field_mean(Q, K, V, support, (x - h * e)[None])[0]) / (2 * h) for e in np.eye(d)], 1)
+        J = np.stack(
+            [(field_mean(Q, K, V, support, (x + h * e)[None])[0] - field_mean(Q, K, V, support, (x - h * e)[None])[0]) / (2 * h) for e in np.eye(d)],
+            1,
+        )
         worst_lip = max(worst_lip, np.linalg.norm(J, 2) / (2 * qk * vnorm * R**2))
     checks["M5 |X[mu](x)| / (|V| R) (max over 50 draws)"] = at_most(worst_bound, 1.0 + 1e-12)
     checks["M5 |grad X[mu](x)| / (2 |Q^T K| |V| R^2) (max, finite differences)"] = at_most(worst_lip, 1.0 + 1e-6)
@@ -137,7 +140,10 @@ def figures(result: Result) -> dict:
     a = result.arrays
     figs = {
         "euler_order": plots.loglog(
-            a["m4_dt"], {"Euler error at T = 1": a["m4_err"]}, ylabel="max error", title="M4: Euler converges at first order",
+            a["m4_dt"],
+            {"Euler error at T = 1": a["m4_err"]},
+            ylabel="max error",
+            title="M4: Euler converges at first order",
             slopes={"slope 1": (a["m4_dt"], a["m4_err"][0] * a["m4_dt"] / a["m4_dt"][0])},
         ),
         "w2": plots.distance_log(a["m1_ts"], a["m6_w2"], ylabel="W_2(mu(t), nu(t))", title="M6: W_2 distance of two nearby solutions"),

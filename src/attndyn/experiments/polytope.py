@@ -130,7 +130,10 @@ def figures(result: Result) -> dict:
         sel = (ts >= 2) & (ts <= 0.6 * ts[-1])
         slope, icpt = np.polyfit(ts[sel], np.log(dist[sel]), 1)
         figs[f"distance_{d}d"] = plots.distance_log(
-            ts, dist, ylabel="max_i distance of z_i(t) to the limit vertices", title=f"d = {d}: convergence to the vertices",
+            ts,
+            dist,
+            ylabel="max_i distance of z_i(t) to the limit vertices",
+            title=f"d = {d}: convergence to the vertices",
             fit=(-slope, icpt, ts[sel][0], ts[sel][-1]),
         )
         if d == 2:
@@ -139,9 +142,7 @@ def figures(result: Result) -> dict:
             model = ad.Model(ad.Weights.identity(2), rescaled=True)
             times = [0.0, 1.0, 2.0, 4.0, ts[-1]]
             Ps = [ad.attention_matrix(model, z[np.searchsorted(ts, t)], t=t)[0].numpy() for t in times]
-            figs["attention"] = plots.attention_heatmaps(
-                Ps, times, [lowrank.numerical_rank(P, tol=1e-8) for P in Ps], tol=1e-8, title="P(t), d = 2"
-            )
+            figs["attention"] = plots.attention_heatmaps(Ps, times, [lowrank.numerical_rank(P, tol=1e-8) for P in Ps], tol=1e-8, title="P(t), d = 2")
     return figs
 
 

@@ -33,8 +33,7 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
         "kind": result.claim.kind,
         "verdict": result.verdict,
         "checks": [
-            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note}
-            for name, c in result.checks.items()
+            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note} for name, c in result.checks.items()
         ],
         "params": result.params,
         "info": result.info,
