@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/attndyn simulate configs/polytope.toml --out runs/demo
+	$(VENV)/bin/attndyn reproduce --quick --out report
 
 test: $(STAMP)
 	$(PY) -m pytest

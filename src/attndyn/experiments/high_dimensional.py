@@ -19,7 +19,10 @@ CLAIM = ClaimInfo(
         "Q = K = I is unchanged and e^{tV} is diagonal: coordinates along positive eigenvalues should settle (the "
         "codimension conjecture), those along negative eigenvalues diverge in z."
     ),
-    hypotheses="d = n = 128; V from a sparse (density 0.1) symmetrized random matrix with |lambda| <= 1 replaced by sign U[1, 2]; Q = K = I; x0 ~ U[-0.5, 0.5]; T = 15, RK4 dt = 0.1.",
+    hypotheses=(
+        "d = n = 128; V from a sparse (density 0.1) symmetrized random matrix with |lambda| <= 1 replaced by sign U[1, 2]; "
+        "Q = K = I; x0 ~ U[-0.5, 0.5]; T = 15, RK4 dt = 0.1."
+    ),
     kind="report",
 )
 
@@ -75,7 +78,5 @@ def run(config: Config) -> Result:
 def figures(result: Result) -> dict:
     a = result.arrays
     return {
-        "eigen_coordinates": plots.eigen_coordinates(
-            a["ts"], a["z"], a["w"], title="d = n = %d: coordinates along the eigenvectors of V" % len(a["w"])
-        )
+        "eigen_coordinates": plots.eigen_coordinates(a["ts"], a["z"], a["w"], title=f"d = n = {len(a['w'])}: coordinates along the eigenvectors of V")
     }

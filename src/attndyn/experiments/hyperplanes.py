@@ -57,7 +57,8 @@ def case(name: str, rng):
         # indefinite, non-symmetric Q^T K with <Q phi_1, K phi_1> > 0
         _, _, phi = geometry.left_eigenvector(np.array(V2))
         B = np.array([[1.0, 2.5], [-1.5, -1.0]])
-        assert phi @ B @ phi > 0 and np.linalg.eigvalsh((B + B.T) / 2).min() < 0
+        assert phi @ B @ phi > 0
+        assert np.linalg.eigvalsh((B + B.T) / 2).min() < 0
         return np.array(V2), B, "T_V2"
     raise ValueError(f"unknown hyperplanes case {name!r}")
 
@@ -109,8 +110,9 @@ def run(config: Config) -> Result:
         "(c) more than 3 distinct limits of c_i (tol 1e-3): failing runs": at_most(fraction(fails["c"]), 0.0),
         "(d) distance to the nearest of the hyperplanes {a, 0, b} > 1e-3: failing runs": at_most(fraction(fails["d"]), 0.0),
         "c:bounded (all eigenvalues real >= 0): runs where |z| exceeded 10x its initial scale": at_most(fraction(fails["bounded"]), 0.0),
-        "l:nottoofassst (V3a, in x): growth of sup |phi_k*(x)| e^{-|lambda_k| t} from [0,10] to [10,20]": at_most(max(growth), 1.0 + 1e-9),
     }
+    if growth:
+        checks["l:nottoofassst (V3a, in x): growth of sup |phi_k*(x)| e^{-|lambda_k| t} from [0,10] to [10,20]"] = at_most(max(growth), 1.0 + 1e-9)
     arrays = {}
     for name, (ts, z, c) in kept.items():
         arrays[f"ts_{name}"], arrays[f"z_{name}"], arrays[f"c_{name}"] = ts, z, c

@@ -18,7 +18,10 @@ CLAIM = ClaimInfo(
         "there is a convex polytope K in F such that the F-component of every z_i(t) approaches the boundary of K or 0; "
         "the G-component is unconstrained (it may diverge in z)."
     ),
-    hypotheses="V = diag(lambda I_p, M), rho(M) < lambda; Q^T K SPD. A second series with a non-orthogonal splitting and generic SPD Q^T K is reported (e:boundrj, SPEC §6.6).",
+    hypotheses=(
+        "V = diag(lambda I_p, M), rho(M) < lambda; Q^T K SPD. A second series with a non-orthogonal splitting and generic "
+        "SPD Q^T K is reported (e:boundrj, SPEC §6.6)."
+    ),
     kind="pass/fail",
 )
 

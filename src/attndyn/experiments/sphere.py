@@ -12,7 +12,10 @@ from .common import ClaimInfo, ExperimentConfig, Result, at_least, at_most, frac
 
 CLAIM = ClaimInfo(
     id="sphere",
-    paper_ref="arXiv:2312.10794 (A mathematical perspective on Transformers): thm: boumal, lem: dissipation, lem: hemisphere.clustering, thm: orthogonal (eq: ybeta)",
+    paper_ref=(
+        "arXiv:2312.10794 (A mathematical perspective on Transformers): thm: boumal, lem: dissipation, "
+        "lem: hemisphere.clustering, thm: orthogonal (eq: ybeta)"
+    ),
     title="Tokens on the sphere: one cluster",
     statement=(
         "On the unit sphere (x_i' = P_{x_i}(sum_j P_ij x_j), Q = K = V = I), for d >= 3 and any beta, almost every initial "
