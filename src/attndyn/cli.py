@@ -277,5 +277,32 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
     console.print(f"report: {page.resolve()}")
 
 
+@app.command()
+def checkpoint(
+    path: Annotated[str, typer.Argument(help="Checkpoint folder (config.json + model.safetensors), or 'minilm'.")],
+    text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
+    layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
+    head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("checkpoint-report"),
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
+):
+    """Spectra of every head of a trained checkpoint, and the dynamics its weights drive vs its hidden states."""
+    from .checkpoint_report import checkpoint_report
+    from .checkpoints import CheckpointError
+
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    bar = Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err_console, transient=True)
+    try:
+        with bar:
+            task = bar.add_task("loading checkpoint")
+            record = checkpoint_report(
+                path, text=text, layer=layer, head=head, out=out, allow_pickle=allow_pickle, progress=lambda msg: bar.update(task, description=msg)
+            )
+    except CheckpointError as err:
+        fail(str(err))
+    console.print(f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

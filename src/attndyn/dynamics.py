@@ -99,6 +99,8 @@ class Model:
                 "V": w.V.to(dtype=like.dtype, device=like.device),
             }
             c["VT"] = c["V"].transpose(-1, -2)
+            # all heads' V^T side by side, (d, H d): one GEMM for every head's values
+            c["VT_cat"] = c["VT"].permute(1, 0, 2).reshape(w.d, w.heads * w.d).contiguous()
             # (x Q^T K) x^T costs less than (x Q^T)(x K^T)^T when m >= d.
             c["M"] = c["Q"].transpose(-1, -2) @ c["K"] if w.m >= w.d else None
             if w.ff is not None:
@@ -164,7 +166,8 @@ def _attention_term(xq: torch.Tensor, xb: torch.Tensor, model: Model, c: dict, s
     if heads == 1:
         values = (xb @ c["VT"][0]).unsqueeze(1)
     else:
-        values = xb.unsqueeze(1) @ c["VT"]
+        B, n, d = xb.shape
+        values = (xb @ c["VT_cat"]).reshape(B, n, heads, d).transpose(1, 2)
     out = mix(
         xq,
         values,

@@ -9,6 +9,7 @@ it atomically as PNG and closes it. No LaTeX is needed; every axis is labelled.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import matplotlib
@@ -336,3 +337,26 @@ def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
         ax.set_title(f"{title}\nt = {ts[idx[k]]:.2f}, rank = {ranks[idx[k]]} (tol {tol:g})", fontsize=9)
 
     return write_gif(path, setup, update, len(idx))
+
+
+def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4):
+    """Eigenvalues in the complex plane, one panel per head (as in the paper's ALBERT figure)."""
+    k = len(eigs)
+    rows = math.ceil(k / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
+    for ax in axes.flat[k:]:
+        ax.axis("off")
+    for ax, w, label in zip(axes.flat, eigs, labels, strict=False):
+        w = np.asarray(w)
+        ax.scatter(w.real, w.imag, s=8, color="navy")
+        if len(w):
+            top = w[np.argmax(np.abs(w))]
+            ax.scatter([top.real], [top.imag], s=30, facecolors="none", edgecolors="crimson")
+        ax.axhline(0, color="gray", lw=0.5)
+        ax.axvline(0, color="gray", lw=0.5)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("Re", fontsize=8)
+        ax.set_ylabel("Im", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

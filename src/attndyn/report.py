@@ -41,6 +41,8 @@ def read_record(folder: Path) -> dict:
         raise ReportError(f"run folder {folder} is corrupted: result.json lacks {[k for k in CLAIM_KEYS if k not in record]}")
     if summary.get("id") != record["id"] or summary.get("verdict") != record["verdict"]:
         raise ReportError(f"run folder {folder} is inconsistent: summary.json and result.json disagree")
+    if record["verdict"] not in ("pass", "fail", "report", "skipped"):
+        raise ReportError(f"run folder {folder} is corrupted: unknown verdict {record['verdict']!r}")
     for rel in record.get("figures", []) + record.get("movies", []):
         if not (folder / rel).is_file():
             raise ReportError(f"run folder {folder} is incomplete: {rel} is missing")

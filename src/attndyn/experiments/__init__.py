@@ -27,6 +27,7 @@ EXPERIMENTS = {
     "sphere-metastability": "sphere_metastability",
     "causal": "causal",
     "hardmax": "hardmax",
+    "trained-spectra": "trained_spectra",
 }
 
 

@@ -54,6 +54,32 @@ def run_claim(claim_id: str, module, folder: Path, *, seed: int, quick: bool) ->
     (folder / "figures").mkdir(parents=True)
     config = config_for(module, seed=seed, quick=quick)
     write_json(folder / "config.json", config.model_dump(mode="json"))
+    if hasattr(module, "available"):
+        ok, reason = module.available()
+        if not ok:
+            info = module.CLAIM
+            record = {
+                "id": claim_id,
+                "paper_ref": info.paper_ref,
+                "title": info.title,
+                "statement": info.statement,
+                "hypotheses": info.hypotheses,
+                "kind": info.kind,
+                "verdict": "skipped",
+                "reason": reason,
+                "checks": [],
+                "params": config.model_dump(mode="json"),
+                "info": {},
+                "seconds": 0.0,
+                "quick": quick,
+                "seed": seed,
+                "version": __version__,
+                "figures": [],
+                "movies": [],
+            }
+            write_json(folder / "result.json", record)
+            write_json(folder / "summary.json", {"id": claim_id, "verdict": "skipped", "seconds": 0.0, "version": __version__})
+            return record
     start = time.perf_counter()
     result = module.run(config)
     seconds = time.perf_counter() - start
