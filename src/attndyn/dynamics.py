@@ -27,7 +27,7 @@ import torch
 
 from .attention import causal_mask, mix, weights_from_scores
 from .attention import scores as _scores
-from .weights import Weights
+from .weights import Weights, as_float_tensor
 
 MASKS = ("full", "causal")
 GEOMETRIES = ("euclidean", "sphere")
@@ -226,26 +226,25 @@ def velocity(t: float, x: torch.Tensor, model: Model) -> torch.Tensor:
     return out.reshape(shape)
 
 
+def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
+    """Unmasked scaled scores ``(B, H, n, n)`` at state ``x`` (z for a rescaled model) and time ``t``, and x's shape."""
+    x = as_float_tensor(x, "x")
+    _check_state(x, model)
+    n, d = x.shape[-2:]
+    xb = x.reshape(-1, n, d)
+    c = model.cast(xb)
+    xq, scale = score_inputs(float(t), xb, model, c)
+    return _scores(xq, c["Q"], c["K"], scale, c["M"]), tuple(x.shape)
+
+
 def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
     """The attention matrix ``P`` of shape ``(*batch, heads, n, n)`` at state ``x`` and time ``t``.
 
     For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
     """
-    from .weights import as_float_tensor
-
-    x = as_float_tensor(x, "x")
-    _check_state(x, model)
-    shape = x.shape
-    n, d = shape[-2:]
-    xb = x.reshape(-1, n, d)
-    c = model.cast(xb)
-    xq, scale = score_inputs(float(t), xb, model, c)
-    A = weights_from_scores(
-        _scores(xq, c["Q"], c["K"], scale, c["M"]),
-        hard=model.hard,
-        causal=model.mask == "causal",
-        unnormalized=model.normalization == "unnormalized",
-    )
+    L, shape = _raw_scores(model, x, t)
+    A = weights_from_scores(L, hard=model.hard, causal=model.mask == "causal", unnormalized=model.normalization == "unnormalized")
+    n = shape[-2]
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
 
 
@@ -255,16 +254,8 @@ def attention_logits(model: Model, x, t: float = 0.0) -> torch.Tensor:
     For log-domain rates (1 - P underflows long before the logits lose precision, SPEC §4.2(f)).
     With ``beta = inf`` the unscaled scores are returned.
     """
-    from .weights import as_float_tensor
-
-    x = as_float_tensor(x, "x")
-    _check_state(x, model)
-    shape = x.shape
-    n, d = shape[-2:]
-    xb = x.reshape(-1, n, d)
-    c = model.cast(xb)
-    xq, scale = score_inputs(float(t), xb, model, c)
-    L = _scores(xq, c["Q"], c["K"], scale, c["M"])
+    L, shape = _raw_scores(model, x, t)
+    n = shape[-2]
     if model.mask == "causal":
         L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
     return L.reshape(*shape[:-2], model.weights.heads, n, n)
