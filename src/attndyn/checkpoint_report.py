@@ -41,7 +41,7 @@ def mean_cosine(x: np.ndarray) -> float:
 
 
 def effective_rank(x: np.ndarray) -> float:
-    """exp of the entropy of the normalized singular values of the centred-free, row-normalized tokens."""
+    """exp of the entropy of the normalized singular values of the unit-normalized (uncentred) tokens."""
     u = x / np.linalg.norm(x, axis=-1, keepdims=True)
     s = np.linalg.svd(u, compute_uv=False)
     p = s / s.sum()

@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +76,6 @@ class Checkpoint:
     emb_map: tuple[torch.Tensor, torch.Tensor] | None = None  # ALBERT: embedding -> hidden
     activation: str = "gelu"
     eps: float = 1e-12
-    extra: dict = field(default_factory=dict)
 
     @property
     def beta(self) -> float:

@@ -58,10 +58,6 @@ class Trajectory:
         """``(ts, xs)`` as NumPy arrays (on the host)."""
         return self.ts.detach().cpu().numpy(), self.xs.detach().cpu().numpy()
 
-    @property
-    def final(self) -> torch.Tensor:
-        return self.xs[-1]
-
 
 def prepare_state(model: Model, x0) -> torch.Tensor:
     """Validate ``x0`` against the model and convert it to a tensor (NumPy float64 stays float64)."""

@@ -12,7 +12,6 @@ for claims of kind ``report`` the verdict is ``report`` whatever the checks say.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,11 +108,3 @@ def unit_rows(a: np.ndarray) -> np.ndarray:
 
 def tensor(a) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a, dtype=np.float64))
-
-
-def log_slope(x, y) -> float:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(y) & (y > 0)
-    if ok.sum() < 2:
-        return math.nan
-    return float(np.polyfit(x[ok], np.log(y[ok]), 1)[0])

@@ -90,7 +90,7 @@ def run(config: Config) -> Result:
                     rows.append({"d": d, "n": n, "QK": form, "scale": scale, "T": T})
                     key = (d, form)
                     if key not in keep and n == config.ns[min(1, len(config.ns) - 1)] and scale == config.scales[-1]:
-                        keep[key] = (ts, zs[:, 0], model)
+                        keep[key] = (ts, zs[:, 0])
     checks = {
         "(a) hull of z non-increasing: failing runs": at_most(fraction(failures["hull"]), 0.0),
         "(b) z_i(t) in conv{z_j(0)}: failing runs": at_most(fraction(failures["bounded"]), 0.0),
@@ -102,7 +102,7 @@ def run(config: Config) -> Result:
         "(f) fitted rate of max_i |z_i(t) - z_i(T)| (median)": within(np.median(rates), 0.8, 1.2, "optional diagnostic"),
     }
     arrays = {}
-    for (d, form), (ts, z, _) in keep.items():
+    for (d, form), (ts, z) in keep.items():
         arrays[f"ts_d{d}_{form}"] = ts
         arrays[f"z_d{d}_{form}"] = z
     info = {"runs": len(failures["hull"]), "tokens": len(failures["vertex"]), "cases": rows, "rates": [float(r) for r in rates]}

@@ -106,7 +106,7 @@ def run(config: Config) -> Result:
     A = np.eye(3) + 0.3 * G @ G.T / 3
     model = ad.Model(ad.Weights(np.eye(3), A @ A, V), rescaled=True)
     ts2, zs2 = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 3)), 10.0, dt=config.dt, saves=101)
-    m2, fa2, of2, _, _ = measure(V, A @ A, zs2, ts2, rng, 5.0)
+    m2, _, of2, _, _ = measure(V, A @ A, zs2, ts2, rng, 5.0)
     checks = {
         "conv{pi_F z_i} non-increasing (100 directions): failing runs": at_most(fraction(mono), 0.0),
         "pi_F z_i farther than 1e-3 from the boundary of the limit polytope and from 0: fraction of tokens": at_most(fraction(off), 0.0),

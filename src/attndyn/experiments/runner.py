@@ -8,7 +8,6 @@ cleared of its ``summary.json`` before a rerun, so an interrupted run never look
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import time
 from pathlib import Path
@@ -95,7 +94,3 @@ def run_claim(claim_id: str, module, folder: Path, *, seed: int, quick: bool) ->
     write_json(folder / "result.json", record)
     write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
     return record
-
-
-def load_module(module_name: str):
-    return importlib.import_module(f"attndyn.experiments.{module_name}")
