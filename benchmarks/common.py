@@ -8,30 +8,40 @@ import time
 import torch
 
 
-def median_time(fn, *, repeat: int = 5, min_time: float = 0.0) -> float:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def median_time(fn, *, repeat: int = 5, min_time: float = 0.0, device: str = "cpu") -> float:
+    """Median wall time of ``fn()`` (after one warm-up call); waits for the device on CUDA."""
     fn()  # warm up
+    _sync(device)
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
+        _sync(device)
         times.append(time.perf_counter() - t)
         if min_time and sum(times) > min_time and len(times) >= 3:
             break
     return statistics.median(times)
 
 
-def gemm_rate(dtype=torch.float64, size: int = 1024) -> float:
+def gemm_rate(dtype=torch.float64, size: int = 1024, device: str = "cpu") -> float:
     """Machine GEMM rate in FLOP/s (median of a square matmul)."""
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
-    return 2 * size**3 / median_time(lambda: a @ b, repeat=7)
+    size = size if device == "cpu" else 4 * size
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    return 2 * size**3 / median_time(lambda: a @ b, repeat=7, device=device)
 
 
-def exp_rate(dtype=torch.float64, size: int = 1 << 23) -> float:
+def exp_rate(dtype=torch.float64, size: int = 1 << 23, device: str = "cpu") -> float:
     """Machine exp rate in evaluations/s (median of torch.exp on a large vector, out= preallocated)."""
-    x = torch.rand(size, dtype=dtype)
+    size = size if device == "cpu" else 16 * size
+    x = torch.rand(size, dtype=dtype, device=device)
     out = torch.empty_like(x)
-    return size / median_time(lambda: torch.exp(x, out=out), repeat=7)
+    return size / median_time(lambda: torch.exp(x, out=out), repeat=7, device=device)
 
 
 def rss_bytes() -> int:

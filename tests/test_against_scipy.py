@@ -8,7 +8,7 @@ from scipy.special import softmax
 
 import attndyn as ad
 
-from .conftest import random_weights
+from .helpers import random_weights
 from .tolerances import AGAINST_SCIPY, NFEV_RATIO, ORDER_SLACK, SCIPY_REF
 
 
@@ -108,13 +108,15 @@ def test_order_oracle_rejects_frozen_attention():
 
 
 @pytest.mark.parametrize(("rtol", "atol"), [(1e-4, 1e-7), (1e-6, 1e-9), (1e-8, 1e-10)])
-def test_dopri5_error_within_tolerance_and_nfev_close_to_scipy_rk45(rtol, atol):
+@pytest.mark.parametrize("pi_beta", [0.0, 0.04], ids=["I-controller", "PI-controller"])
+def test_dopri5_error_within_tolerance_and_nfev_close_to_scipy_rk45(rtol, atol, pi_beta):
+    """Both step controllers (I, and Hairer's PI with beta = 0.04) against scipy's RK45: a step-count regression."""
     rng = np.random.default_rng(3)
     W = random_weights(rng, 2, scale=0.8)
     x0 = rng.normal(size=(6, 2))
     T = 3.0
     ref = reference(W, x0, T)
-    traj = ad.simulate(ad.Model(W), x0, [0, T], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=atol))
+    traj = ad.simulate(ad.Model(W), x0, [0, T], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=atol, pi_beta=pi_beta))
     err = np.abs(traj.xs[-1].numpy() - ref).max()
     # global error of a local-error controller: within a small multiple of the tolerance
     assert err <= 10 * (atol + rtol * np.abs(ref).max())

@@ -6,8 +6,9 @@ import scipy.linalg as sla
 import torch
 
 import attndyn as ad
+from attndyn.dynamics import prepare
 
-from .conftest import random_weights
+from .helpers import random_weights
 from .tolerances import DISCRETE_RESCALING, HULL_MONOTONE, ROW_SUM, X_Z_EQUIV
 
 
@@ -175,7 +176,7 @@ def test_rescaled_scalar_V_uses_closed_form(rng):
     W = ad.Weights(rng.normal(size=(d, d)), rng.normal(size=(d, d)), 2 * np.eye(d))
     z = torch.as_tensor(rng.normal(size=(5, d)))
     model = ad.Model(W, rescaled=True)
-    assert model.cast(z)["lambda"] == 2.0
+    assert prepare(model, z).lam == 2.0
     t = 0.4
     x = z.numpy() @ sla.expm(t * 2 * np.eye(d)).T
     L = (x @ W.Q[0].numpy().T) @ (x @ W.K[0].numpy().T).T

@@ -2,16 +2,16 @@
 
 Contract
 --------
-``mix(x, values, Q, K, ...)`` returns ``sum_j A_ij values_j`` for every head, where
-``A = weights(scale * <Q x_i, K x_j>)`` (SPEC §1.2, eq. eq:P) and
+``dense_attention`` and ``fused_attention`` return ``sum_j A_ij values_j`` for every head, where
+``A = weights(scale * <Q x_i, K x_j>)`` (SPEC §1.2, eq. eq:P) and the weighting is
 
 * softmax: row-softmax, computed with row-max subtraction (never ``exp(L)/sum exp(L)``);
-* hardmax (``hard=True``, the limit beta = inf, SPEC §5.3): uniform over the argmax set of each
+* hardmax (the limit beta = inf, resolved by ``resolve_beta``, SPEC §5.3): uniform over the argmax set of each
   row; scores within a few ulps of the row maximum count as ties and share the weight;
 * unnormalized (USA, SPEC §5.1): ``exp(L_ij) / n``.
 
-Two implementations: ``fused=False`` builds the n x n scores explicitly (the readable
-reference); ``fused=True`` calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
+Two sibling implementations: ``dense_attention`` builds the n x n scores explicitly (the readable
+reference, any weighting); ``fused_attention`` (softmax only) calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
 inputs so that torch picks its flash kernel (O(n) extra memory). Shapes: ``x`` is
 ``(B, n, d)``, ``values`` is ``(B, H, n, dv)``, ``Q``/``K`` are ``(H, m, d)``; the result is
 ``(B, H, n, dv)``.
@@ -20,9 +20,14 @@ inputs so that torch picks its flash kernel (O(n) extra memory). Shapes: ``x`` i
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
+
+# How scores become weights: row softmax, hardmax (beta = inf) or unnormalized exp / n (USA).
+Weighting = Literal["softmax", "hardmax", "unnormalized"]
+WEIGHTINGS: tuple[str, ...] = get_args(Weighting)
 
 # Scores closer than this many ulps (relative to the row's largest |score|) to the row maximum
 # are ties for the hardmax: the argmax set must not depend on rounding in the last bits.
@@ -65,61 +70,81 @@ def causal_mask(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
+def resolve_beta(beta: float) -> tuple[float, bool]:
+    """The one rule for the inverse temperature: ``(score scale, hard)``.
+
+    ``beta = inf`` is the hardmax limit (SPEC §5.3): scores are used unscaled and only their
+    argmax set matters; any finite ``beta >= 0`` scales the scores.
+    """
+    if math.isinf(beta):
+        return 1.0, True
+    return float(beta), False
+
+
 def all_finite(t: torch.Tensor) -> bool:
     """True when every entry is finite (one reduction; a sum overflowing to inf counts as not finite)."""
     return math.isfinite(float(t.sum()))
 
 
-def weights_from_scores(L: torch.Tensor, *, hard: bool, causal: bool, unnormalized: bool) -> torch.Tensor:
-    """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``)."""
-    if not all_finite(L):
+def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, check: bool = True) -> torch.Tensor:
+    """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``).
+
+    ``check`` verifies the scores (and USA weights) are finite, a host synchronisation; the
+    solvers' step loop passes ``False`` and checks the state at save times instead.
+    """
+    if check and not all_finite(L):
         raise FloatingPointError("attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large.")
     n = L.shape[-1]
     if causal:
         L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
-    if hard:
+    if weighting == "hardmax":
         rowmax = L.amax(-1, keepdim=True)
         finite = torch.where(torch.isfinite(L), L.abs(), torch.zeros_like(L))
         tol = HARDMAX_TIE_ULPS * torch.finfo(L.dtype).eps * finite.amax(-1, keepdim=True)
         sel = (L >= rowmax - tol).to(L.dtype)
         return sel / sel.sum(-1, keepdim=True)
-    if unnormalized:
+    if weighting == "unnormalized":
         A = torch.exp(L) / n
-        if not bool(torch.isfinite(A).all()):
+        if check and not bool(torch.isfinite(A).all()):
             raise FloatingPointError("unnormalized attention overflowed: exp(beta <Qx_i, Kx_j>) is not finite.")
         return A
+    if weighting != "softmax":
+        raise ValueError(f"weighting={weighting!r} is not one of {WEIGHTINGS}.")
     return torch.softmax(L, dim=-1)
 
 
-def mix(
+def dense_attention(
     x: torch.Tensor,
     values: torch.Tensor,
     Q: torch.Tensor,
     K: torch.Tensor,
     *,
     scale: float,
-    hard: bool = False,
+    weighting: Weighting = "softmax",
     causal: bool = False,
-    unnormalized: bool = False,
-    fused: bool = False,
     M: torch.Tensor | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
-    """Attention-weighted sums of ``values``: ``(B, H, n, dv)``. See the module docstring.
+    """``sum_j A_ij values_j`` per head with the ``n x n`` weights built explicitly: ``(B, H, n, dv)``.
 
-    ``M = Q^T K`` may be given for the dense path (see :func:`scores`).
+    The readable reference; ``M = Q^T K`` may be given (see :func:`scores`). Any weighting.
     """
-    if fused:
-        if hard or unnormalized:
-            raise ValueError("fused attention computes a softmax only; use attention='dense' for hardmax or unnormalized.")
-        q = project(x, Q)
-        k = project(x, K)
-        if scale == 0.0:
-            # SDPA treats a falsy scale as "use 1/sqrt(m)"; beta = 0 is uniform attention.
-            q = torch.zeros_like(q)
-            scale = 1.0
-        B, H = values.shape[:2]
-        q = q.expand(B, H, *q.shape[2:])
-        k = k.expand(B, H, *k.shape[2:])
-        return F.scaled_dot_product_attention(q, k, values, scale=scale, is_causal=causal)
-    A = weights_from_scores(scores(x, Q, K, scale, M), hard=hard, causal=causal, unnormalized=unnormalized)
+    A = weights_from_scores(scores(x, Q, K, scale, M), weighting=weighting, causal=causal, check=check)
     return A @ values
+
+
+def fused_attention(x: torch.Tensor, values: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, *, scale: float, causal: bool = False) -> torch.Tensor:
+    """``sum_j softmax_j(scale <Q x_i, K x_j>) values_j`` through SDPA: ``(B, H, n, dv)``, O(n) memory.
+
+    Softmax only. Called with 4-D inputs so that torch picks its flash kernel on the CPU.
+    """
+    q = project(x, Q)
+    k = project(x, K)
+    if scale == 0.0:
+        # SDPA treats a falsy scale as "use 1/sqrt(m)"; beta = 0 is uniform attention.
+        q = torch.zeros_like(q)
+        scale = 1.0
+    B, H = values.shape[:2]
+    q = q.expand(B, H, *q.shape[2:])
+    k = k.expand(B, H, *k.shape[2:])
+    return F.scaled_dot_product_attention(q, k, values, scale=scale, is_causal=causal)

@@ -1,4 +1,5 @@
-"""The vector fields: ``Model`` holds the options, ``velocity(t, x, model)`` evaluates them.
+"""The vector fields: ``Model`` holds the options, ``prepare`` resolves them once, ``vector_field``
+evaluates them.
 
 Contract
 --------
@@ -14,25 +15,37 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
 * ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA).
 
-Combinations the mathematics does not define are rejected at construction. ``velocity`` takes
-``x`` of shape ``(*batch, n, d)``; the weights are cast to its dtype and device (cached).
+Combinations the mathematics does not define are rejected at construction. A ``Model`` holds
+parameters only: it has no cache, pickles small and carries no device tensors of its own.
+``prepare(model, like)`` builds the immutable :class:`Prepared` arguments once per run (weights
+cast to ``like``'s dtype and device, ``Q^T K`` when cheaper, the scalar lambda when V = lambda I,
+the plain-softmax fast path, identity factors to skip); ``vector_field(t, x, args)`` is the ``f(t, x, args)`` the solvers
+integrate. ``velocity(t, x, model)`` is the one-off convenience: it accepts NumPy arrays or
+tensors and returns the same kind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass
+from typing import Literal, get_args
 
 import torch
 
-from .attention import causal_mask, mix, weights_from_scores
+from .attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores
 from .attention import scores as _scores
 from .weights import Weights, as_float_tensor
 
-MASKS = ("full", "causal")
-GEOMETRIES = ("euclidean", "sphere")
-ATTENTIONS = ("dense", "fused")
-NORMALIZATIONS = ("softmax", "unnormalized")
+# Model options: defined once, reused by the config schema (attndyn.config).
+Mask = Literal["full", "causal"]
+Geometry = Literal["euclidean", "sphere"]
+Kernel = Literal["dense", "fused"]
+Normalization = Literal["softmax", "unnormalized"]
+MASKS: tuple[str, ...] = get_args(Mask)
+GEOMETRIES: tuple[str, ...] = get_args(Geometry)
+ATTENTIONS: tuple[str, ...] = get_args(Kernel)
+NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
 
 
 def _choice(value, allowed, name):
@@ -42,17 +55,19 @@ def _choice(value, allowed, name):
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    """Self-attention dynamics with its options (see the module docstring and SPEC §1, §5)."""
+    """Self-attention dynamics with its options (see the module docstring and SPEC §1, §5).
+
+    Derive variants with ``dataclasses.replace(model, ...)``, which keeps every other option.
+    """
 
     weights: Weights
     _: KW_ONLY
     beta: float = 1.0
-    mask: str = "full"
-    geometry: str = "euclidean"
+    mask: Mask = "full"
+    geometry: Geometry = "euclidean"
     rescaled: bool = False
-    attention: str = "dense"
-    normalization: str = "softmax"
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    attention: Kernel = "dense"
+    normalization: Normalization = "softmax"
 
     def __post_init__(self):
         if not isinstance(self.weights, Weights):
@@ -77,48 +92,115 @@ class Model:
                 f"rescaled=True needs one value matrix V to factor out as e^{{tV}}, but the weights have "
                 f"{self.weights.heads} heads with separate V_h."
             )
-        if math.isinf(beta) and self.normalization == "unnormalized":
+        hard = resolve_beta(beta)[1]
+        if hard and self.normalization == "unnormalized":
             raise ValueError("beta=inf with normalization='unnormalized' is not defined: exp(inf * score) has no limit.")
-        if self.attention == "fused" and math.isinf(beta):
+        if self.attention == "fused" and hard:
             raise ValueError("attention='fused' computes a softmax and has no hardmax; use attention='dense' for beta=inf.")
         if self.attention == "fused" and self.normalization == "unnormalized":
             raise ValueError("attention='fused' always normalizes rows; use attention='dense' for normalization='unnormalized'.")
 
     @property
     def hard(self) -> bool:
-        return math.isinf(self.beta)
+        return resolve_beta(self.beta)[1]
 
-    def cast(self, like: torch.Tensor) -> dict:
-        """The weights cast to ``like``'s dtype and device (cached per dtype/device)."""
-        key = (like.dtype, like.device)
-        if key not in self._cache:
-            w = self.weights
-            c = {
-                "Q": w.Q.to(dtype=like.dtype, device=like.device),
-                "K": w.K.to(dtype=like.dtype, device=like.device),
-                "V": w.V.to(dtype=like.dtype, device=like.device),
-            }
-            c["VT"] = c["V"].transpose(-1, -2)
-            # all heads' V^T side by side, (d, H d): one GEMM for every head's values
-            c["VT_cat"] = c["VT"].permute(1, 0, 2).reshape(w.d, w.heads * w.d).contiguous()
-            # (x Q^T K) x^T costs less than (x Q^T)(x K^T)^T when m >= d.
-            c["M"] = c["Q"].transpose(-1, -2) @ c["K"] if w.m >= w.d else None
-            if w.ff is not None:
-                c["W"] = w.ff.W.to(dtype=like.dtype, device=like.device)
-                c["b"] = None if w.ff.bias is None else w.ff.bias.to(dtype=like.dtype, device=like.device)
-            c["fast"] = w.heads == 1 and c["M"] is not None and model_is_plain_softmax(self)
-            c["causal"] = causal_mask
-            c["zero"] = torch.zeros((), dtype=like.dtype, device=like.device)
-            V0 = w.V[0]
-            lam = float(V0[0, 0])
-            is_scalar = w.heads == 1 and bool(torch.equal(V0, lam * torch.eye(w.d, dtype=V0.dtype)))
-            c["lambda"] = lam if is_scalar else None
-            self._cache[key] = c
-        return self._cache[key]
+    @property
+    def weighting(self) -> Weighting:
+        """How scores become weights: ``softmax``, ``hardmax`` (beta = inf) or ``unnormalized`` (USA)."""
+        if self.hard:
+            return "hardmax"
+        return "unnormalized" if self.normalization == "unnormalized" else "softmax"
 
 
-def model_is_plain_softmax(model: Model) -> bool:
-    return model.attention == "dense" and model.normalization == "softmax" and not model.hard
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """The resolved, device-resident arguments of :func:`vector_field` (built by :func:`prepare`).
+
+    Weights are ``(H, m, d)``/``(H, d, d)`` tensors in the state's dtype and device; ``M = Q^T K``
+    when ``m >= d`` (cheaper scores), else ``None``; ``lam`` is lambda when V = lambda I (one head),
+    else ``None``; ``scale`` is beta (1 for hardmax); ``fast`` marks the one-head dense softmax path
+    with ``M`` (fewest torch calls, for small systems). ``check`` makes every evaluation verify
+    ``e^{tV}`` and the logits eagerly (a host synchronisation; the one-off ``velocity`` sets it,
+    the solvers do not and check the state at save times instead).
+    """
+
+    Q: torch.Tensor
+    K: torch.Tensor
+    V: torch.Tensor
+    VT: torch.Tensor
+    VT_cat: torch.Tensor
+    M: torch.Tensor | None
+    W_T: torch.Tensor | None
+    b: torch.Tensor | None
+    sigma: str | None
+    bias_inside: bool
+    lam: float | None
+    scale: float
+    weighting: Weighting
+    causal: bool
+    kernel: Kernel
+    rescaled: bool
+    sphere: bool
+    fast: bool
+    check: bool
+    mask: torch.Tensor | None
+    M_identity: bool
+    V_identity: bool
+    zero: torch.Tensor
+
+    @property
+    def heads(self) -> int:
+        return self.V.shape[0]
+
+
+def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepared:
+    """Resolve ``model`` for states shaped and typed like ``like`` ``(*batch, n, d)``."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
+    _check_state(like, model)
+    w = model.weights
+    dtype, device = like.dtype, like.device
+
+    def cast(t):
+        return t.to(dtype=dtype, device=device)
+
+    Q, K, V = cast(w.Q), cast(w.K), cast(w.V)
+    VT = V.transpose(-1, -2).contiguous()
+    # all heads' V^T side by side, (d, H d): one GEMM for every head's values
+    VT_cat = VT.permute(1, 0, 2).reshape(w.d, w.heads * w.d).contiguous()
+    # (x Q^T K) x^T costs less than (x Q^T)(x K^T)^T when m >= d.
+    M = (Q.transpose(-1, -2) @ K).contiguous() if w.m >= w.d else None
+    scale, hard = resolve_beta(model.beta)
+    V0 = w.V[0]
+    lam = float(V0[0, 0])
+    is_scalar = w.heads == 1 and bool(torch.equal(V0, lam * torch.eye(w.d, dtype=V0.dtype)))
+    ff = w.ff
+    n = like.shape[-2]
+    return Prepared(
+        Q=Q,
+        K=K,
+        V=V,
+        VT=VT,
+        VT_cat=VT_cat,
+        M=M,
+        W_T=None if ff is None else cast(ff.W).transpose(-1, -2).contiguous(),
+        b=None if ff is None or ff.bias is None else cast(ff.bias),
+        sigma=None if ff is None else ff.sigma,
+        bias_inside=True if ff is None else ff.bias_inside,
+        lam=lam if is_scalar else None,
+        scale=scale,
+        weighting=model.weighting,
+        causal=model.mask == "causal",
+        kernel=model.attention,
+        rescaled=model.rescaled,
+        sphere=model.geometry == "sphere",
+        fast=w.heads == 1 and M is not None and model.attention == "dense" and model.weighting == "softmax",
+        check=check,
+        mask=causal_mask(n, device) if model.mask == "causal" else None,
+        M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
+        V_identity=is_scalar and lam == 1.0,
+        zero=torch.zeros((), dtype=dtype, device=device),
+    )
 
 
 def _check_state(x: torch.Tensor, model: Model) -> None:
@@ -128,102 +210,131 @@ def _check_state(x: torch.Tensor, model: Model) -> None:
         raise ValueError(f"x must have shape (*batch, n, d) with d = {model.weights.d}; got shape {tuple(x.shape)}.")
 
 
-def score_inputs(t: float, x: torch.Tensor, model: Model, c: dict) -> tuple[torch.Tensor, float]:
+def score_inputs(t: float, x: torch.Tensor, args: Prepared) -> tuple[torch.Tensor, float]:
     """Positions at which attention is evaluated, and the score scale.
 
     For the rescaled form, attention is evaluated at ``e^{tV} z`` (SPEC §1.3). With V = lambda I the
-    factor ``e^{2 lambda t}`` is folded into the scale so that it overflows as a clear error.
+    factor ``e^{2 lambda t}`` is folded into the scale (a Python float, so its overflow is a clear
+    error at no device cost).
     """
-    beta = 1.0 if model.hard else model.beta
-    if not model.rescaled or t == 0:
-        return x, beta
-    lam = c["lambda"]
+    scale = args.scale
+    if not args.rescaled or t == 0:
+        return x, scale
+    lam = args.lam
     if lam is not None:
         try:
-            scale = beta * math.exp(2.0 * lam * t)
+            scale = scale * math.exp(2.0 * lam * t)
         except OverflowError:
             scale = math.inf
         if not math.isfinite(scale):
             raise FloatingPointError(f"e^(tV) overflows at t={t:g} (V = {lam:g} I): the logits beta*e^(2 lambda t) exceed float range.")
         return x, scale
-    E = torch.linalg.matrix_exp(t * c["V"][0])
-    if not bool(torch.isfinite(E).all()):
+    E = torch.linalg.matrix_exp(t * args.V[0])
+    if args.check and not bool(torch.isfinite(E).all()):
         raise FloatingPointError(f"e^(tV) overflows at t={t:g}: the rescaled dynamics cannot be evaluated further.")
-    return x @ E.transpose(-1, -2), beta
+    return x @ E.transpose(-1, -2), scale
 
 
-def _attention_term(xq: torch.Tensor, xb: torch.Tensor, model: Model, c: dict, scale: float):
-    """``sum_h sum_j A^h_ij V_h x_j`` with scores at ``xq`` and values at ``xb``; also ``x V_0^T``."""
-    heads = c["V"].shape[0]
-    if c["fast"]:
-        # One head, dense softmax, m >= d: the fewest torch calls (small systems are dominated by
-        # per-call overhead). Overflowing logits give NaN here, caught by the callers' checks.
-        values = xb @ c["VT"][0]
-        L = torch.baddbmm(c["zero"], xq @ c["M"][0], xq.transpose(-1, -2), beta=0.0, alpha=scale)
-        if model.mask == "causal":
-            L = L.masked_fill(c["causal"](L.shape[-1], L.device), -torch.inf)
-        return torch.softmax(L, dim=-1) @ values, values
-    if heads == 1:
-        values = (xb @ c["VT"][0]).unsqueeze(1)
+def _mask_for(args: Prepared, n: int, device) -> torch.Tensor:
+    m = args.mask
+    return m if m is not None and m.shape[-1] == n else causal_mask(n, device)
+
+
+def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, subtract_own: bool) -> torch.Tensor:
+    """One head, dense softmax, ``m >= d``, states ``(n, d)`` or ``(B, n, d)``: the fewest torch calls.
+
+    Small systems are dominated by per-call overhead (about 3 us a call on a CPU), so the scale is
+    folded into a GEMM (``alpha``), ``P v - v`` is one ``addmm``/``baddbmm``, and identity factors
+    (``Q^T K = I``, ``V = I``) are skipped. Overflowing logits give NaN here, caught at the
+    solvers' save times.
+    """
+    batched = xb.ndim == 3
+    values = xb if args.V_identity else xb @ args.VT[0]
+    left = xq if args.M_identity else xq @ args.M[0]
+    right = xq.transpose(-1, -2)
+    if batched:
+        L = torch.baddbmm(args.zero, left, right, beta=0.0, alpha=scale)
     else:
-        B, n, d = xb.shape
-        values = (xb @ c["VT_cat"]).reshape(B, n, heads, d).transpose(1, 2)
-    out = mix(
-        xq,
-        values,
-        c["Q"],
-        c["K"],
-        scale=scale,
-        hard=model.hard,
-        causal=model.mask == "causal",
-        unnormalized=model.normalization == "unnormalized",
-        fused=model.attention == "fused",
-        M=c["M"],
-    )
-    return (out[:, 0] if heads == 1 else out.sum(1)), values[:, 0]
+        L = torch.addmm(args.zero, left, right, beta=0.0, alpha=scale)
+    if args.causal:
+        L = L.masked_fill_(_mask_for(args, L.shape[-1], L.device), -math.inf)
+    P = torch.softmax(L, dim=-1)
+    if subtract_own:
+        return torch.baddbmm(values, P, values, beta=-1.0) if batched else torch.addmm(values, P, values, beta=-1.0)
+    return P @ values
 
 
-def attention_update(model: Model, xq: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, *, subtract_own: bool):
+    """``sum_h sum_j A^h_ij V_h x_j`` with scores at ``xq`` and values at ``xb`` (``(*batch, n, d)``).
+
+    With ``subtract_own`` the own value ``V_0 x_i`` is subtracted (the rescaled form, one head).
+    """
+    if args.fast and xb.ndim <= 3:
+        return _fast_term(xq, xb, args, scale, subtract_own)
+    shape = xb.shape
+    n, d = shape[-2:]
+    xq = xq.reshape(-1, n, d)
+    xb = xb.reshape(-1, n, d)
+    heads = args.heads
+    if heads == 1:
+        values = (xb @ args.VT[0]).unsqueeze(1)
+    else:
+        values = (xb @ args.VT_cat).reshape(xb.shape[0], n, heads, d).transpose(1, 2)
+    if args.kernel == "fused":
+        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal)
+    else:
+        out = dense_attention(xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check)
+    out = out[:, 0] if heads == 1 else out.sum(1)
+    if subtract_own:
+        out = out - values[:, 0]
+    return out.reshape(shape)
+
+
+def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The vector field at time ``t`` and state ``x`` ``(*batch, n, d)``, with prepared ``args``.
+
+    See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    """
+    xq, scale = score_inputs(t, x, args)
+    out = attention_term(xq, x, args, scale, subtract_own=args.rescaled)
+    if args.sigma is not None:
+        b = args.b
+        if b is not None and args.bias_inside:
+            out = out + b
+        if args.sigma == "relu":
+            out = torch.relu(out)
+        elif args.sigma == "tanh":
+            out = torch.tanh(out)
+        out = out @ args.W_T
+        if b is not None and not args.bias_inside:
+            out = out + b
+    if args.sphere:
+        out = out - (out * x).sum(-1, keepdim=True) * x
+    return out
+
+
+def velocity(t: float, x, model: Model):
+    """The vector field of ``model`` at time ``t`` and state ``x`` of shape ``(*batch, n, d)``.
+
+    ``x`` may be a NumPy array (the result is then a NumPy array) or a tensor (a tensor of the
+    same dtype and device). The convenience for one-off evaluations: it prepares the model on
+    every call, and checks ``e^{tV}`` and the logits eagerly. See the module docstring for the
+    equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    """
+    is_numpy = not isinstance(x, torch.Tensor)
+    xt = as_float_tensor(x, "x") if is_numpy else x
+    args = prepare(model, xt, check=True)
+    out = vector_field(float(t), xt, args)
+    return out.numpy() if is_numpy else out
+
+
+def lifted_update(model: Model, xq: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """``sum_j A_ij V (z_j - z_i)`` with the attention evaluated at positions ``xq`` (one head).
 
     The building block of the discrete rescaling (SPEC §1.4); shapes ``(*batch, n, d)``.
     """
-    n, d = z.shape[-2:]
-    c = model.cast(z)
-    beta = 1.0 if model.hard else model.beta
-    term, own = _attention_term(xq.reshape(-1, n, d), z.reshape(-1, n, d), model, c, beta)
-    return (term - own).reshape(z.shape)
-
-
-def velocity(t: float, x: torch.Tensor, model: Model) -> torch.Tensor:
-    """The vector field of ``model`` at time ``t`` and state ``x`` of shape ``(*batch, n, d)``.
-
-    See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
-    """
-    _check_state(x, model)
-    shape = x.shape
-    n, d = shape[-2:]
-    xb = x.reshape(-1, n, d)
-    c = model.cast(xb)
-    xq, scale = score_inputs(t, xb, model, c)
-    out, own = _attention_term(xq, xb, model, c, scale)
-    if model.rescaled:
-        # Overflowing logits (scale finite, scores not) surface as NaN, named by simulate's check.
-        out = out - own
-    if "W" in c:
-        ff = model.weights.ff
-        if c["b"] is not None and ff.bias_inside:
-            out = out + c["b"]
-        if ff.sigma == "relu":
-            out = torch.relu(out)
-        elif ff.sigma == "tanh":
-            out = torch.tanh(out)
-        out = out @ c["W"].transpose(-1, -2)
-        if c["b"] is not None and not ff.bias_inside:
-            out = out + c["b"]
-    if model.geometry == "sphere":
-        out = out - (out * xb).sum(-1, keepdim=True) * xb
-    return out.reshape(shape)
+    args = prepare(dataclasses.replace(model, rescaled=False), z)
+    return attention_term(xq, z, args, args.scale, subtract_own=True)
 
 
 def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
@@ -232,9 +343,9 @@ def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
     _check_state(x, model)
     n, d = x.shape[-2:]
     xb = x.reshape(-1, n, d)
-    c = model.cast(xb)
-    xq, scale = score_inputs(float(t), xb, model, c)
-    return _scores(xq, c["Q"], c["K"], scale, c["M"]), tuple(x.shape)
+    args = prepare(model, xb, check=True)
+    xq, scale = score_inputs(float(t), xb, args)
+    return _scores(xq, args.Q, args.K, scale, args.M), tuple(x.shape)
 
 
 def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
@@ -243,7 +354,7 @@ def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
     For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
     """
     L, shape = _raw_scores(model, x, t)
-    A = weights_from_scores(L, hard=model.hard, causal=model.mask == "causal", unnormalized=model.normalization == "unnormalized")
+    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask == "causal", check=True)
     n = shape[-2]
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
 

@@ -9,7 +9,8 @@ Contract
   step to land exactly on each save time. A batch ``x0`` of shape ``(*batch, n, d)`` is
   integrated as one state: all members share the time steps (the adaptive error norm is the
   maximum over members, so each meets its tolerance).
-* Raises ``FloatingPointError`` (naming the time) when the state becomes non-finite,
+* Raises ``FloatingPointError`` (naming the time) when a saved state is non-finite (checked at
+  the save times, so the step loop never waits on the device),
   ``RuntimeError`` when ``max_steps`` is reached, ``ValueError`` for bad ``ts`` or ``x0``.
 * For a rescaled model the state is z = e^{-tV} x and ``xs`` holds z.
 * ``residual_layers`` iterates x^{k+1} = x^k + dt sum_j P_ij(x^k) V x_j^k; for a rescaled model
@@ -19,6 +20,7 @@ Contract
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,13 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .attention import all_finite
-from .dynamics import Model, _check_state, attention_update, velocity
-from .solvers import AdaptiveStep, FixedStep, Tableau, error_norm, initial_step, rk_step
-from .weights import Weights, as_float_tensor
+from .dynamics import Model, _check_state, attention_term, prepare, vector_field
+from .solvers import AdaptiveStep, FixedStep, Tableau, integrate
+from .weights import Weights, as_float_tensor, to_numpy
 
-# Relative tolerance for "this save time lies on the dt grid".
-GRID_RTOL = 1e-9
 # Unit vectors on the sphere: |x_i| = 1 to this tolerance at t0.
 SPHERE_NORM_TOL = 1e-8
 
@@ -56,7 +55,7 @@ class Trajectory:
 
     def numpy(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ts, xs)`` as NumPy arrays (on the host)."""
-        return self.ts.detach().cpu().numpy(), self.xs.detach().cpu().numpy()
+        return to_numpy(self.ts), to_numpy(self.xs)
 
 
 def prepare_state(model: Model, x0) -> torch.Tensor:
@@ -75,17 +74,6 @@ def prepare_state(model: Model, x0) -> torch.Tensor:
     return x
 
 
-def _prepare_ts(ts) -> list[float]:
-    arr = np.asarray(ts.detach().cpu() if isinstance(ts, torch.Tensor) else ts, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"ts must be a non-empty 1-D array of save times; got shape {arr.shape}.")
-    if not np.isfinite(arr).all():
-        raise ValueError("ts contains non-finite values.")
-    if arr.size > 1 and not (np.diff(arr) > 0).all():
-        raise ValueError(f"ts must be strictly increasing; got {arr.tolist()[:8]}{' ...' if arr.size > 8 else ''}.")
-    return arr.tolist()
-
-
 def simulate(
     model: Model,
     x0,
@@ -99,10 +87,14 @@ def simulate(
 ) -> Trajectory:
     """Integrate ``model`` from ``x0`` at ``ts[0]`` and save the state at every time in ``ts``.
 
+    The attention-specific wrapper of :func:`attndyn.solvers.integrate`: it validates ``x0``,
+    prepares the model once for ``x0``'s dtype and device (:func:`attndyn.dynamics.prepare`) and
+    integrates :func:`attndyn.dynamics.vector_field`.
+
     Parameters
     ----------
     model : Model
-    x0 : array (*batch, n, d)
+    x0 : array (*batch, n, d); a tensor keeps its dtype and device.
     ts : increasing save times; ``ts[0]`` is the initial time.
     solver : Tableau (``Euler()``, ``Heun()``, ``RK4()``, ``Dopri5()``)
     step : FixedStep or AdaptiveStep (the latter needs an embedded error estimate).
@@ -115,110 +107,29 @@ def simulate(
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
     x = prepare_state(model, x0)
-    times = _prepare_ts(ts)
-    if not isinstance(max_steps, int) or max_steps <= 0:
-        raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
-    nbatch = x.ndim - 2
-    stats = {"nfev": 0, "steps": 0, "rejected": 0}
-
-    def f(t, y):
-        return velocity(t, y, model)
-
-    saved = [x]
-    obs = [observe(times[0], x)] if observe is not None else None
-
-    def check_finite(y, t):
-        if not all_finite(y):
-            hint = " (the logits beta*<Q e^{tV} z_i, K e^{tV} z_j> overflowed)" if model.rescaled else ""
-            raise FloatingPointError(f"the state became non-finite at t={t:.6g}{hint}.")
-
-    def count_step():
-        if stats["steps"] + stats["rejected"] >= max_steps:
-            raise RuntimeError(f"max_steps={max_steps} reached at t={t:.6g} before the last save time {times[-1]:g}.")
-
-    t = times[0]
-    if isinstance(step, FixedStep):
-        dt = step.dt
-        counts = []
-        for a, b in zip(times[:-1], times[1:], strict=True):
-            k = (b - a) / dt
-            if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
-                raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
-            counts.append(round(k))
-        base = times[0]
-        done = 0
-        for target, count in zip(times[1:], counts, strict=True):
-            for _ in range(count):
-                count_step()
-                x, _, _, nf = rk_step(f, t, x, dt, solver)
-                done += 1
-                # t from the step count, so rounding does not drift over many steps.
-                t = base + done * dt
-                stats["nfev"] += nf
-                stats["steps"] += 1
-                check_finite(x, t)
-                if progress is not None:
-                    progress(t)
-            t = target
-            saved.append(x)
-            if observe is not None:
-                obs.append(observe(t, x))
-    elif isinstance(step, AdaptiveStep):
-        if not solver.adaptive:
-            raise ValueError(f"AdaptiveStep needs a solver with an error estimate (Dopri5); {solver.name} has none.")
-        k1 = f(t, x)
-        stats["nfev"] += 1
-        if step.dt0 is None:
-            dt, nf = initial_step(f, t, x, k1, solver.order - 1, step.rtol, step.atol, nbatch)
-            stats["nfev"] += nf
-        else:
-            dt = step.dt0
-        exponent = 1.0 / solver.order
-        err_prev = 1.0
-        for target in times[1:]:
-            while t < target:
-                count_step()
-                landing = t + dt >= target * (1 - 1e-14) if target > 0 else t + dt >= target
-                h = target - t if landing else dt
-                x_new, err, k_last, nf = rk_step(f, t, x, h, solver, k1=k1)
-                stats["nfev"] += nf
-                en = error_norm(err, x, x_new, step.rtol, step.atol, nbatch)
-                if not math.isfinite(en):
-                    en = math.inf
-                if en <= 1.0:
-                    t = target if landing else t + h
-                    x = x_new
-                    k1 = k_last if solver.fsal else None
-                    if k1 is None:
-                        k1 = f(t, x)
-                        stats["nfev"] += 1
-                    stats["steps"] += 1
-                    en = max(en, 1e-10)
-                    factor = step.safety * en ** (-exponent + 0.75 * step.pi_beta) * err_prev**step.pi_beta
-                    factor = min(step.max_factor, max(step.min_factor, factor))
-                    err_prev = en
-                    # A landing step is only shortened; keep the controller's step for the next one.
-                    dt = max(dt, h) * factor if landing else h * factor
-                    if progress is not None:
-                        progress(t)
-                else:
-                    stats["rejected"] += 1
-                    factor = step.min_factor if math.isinf(en) else max(step.min_factor, step.safety * en ** (-exponent))
-                    dt = h * min(1.0, factor)
-                    if t + dt == t:
-                        raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
-            check_finite(x, t)
-            saved.append(x)
-            if observe is not None:
-                obs.append(observe(t, x))
-    else:
-        raise TypeError(f"step must be FixedStep or AdaptiveStep, not {type(step).__name__}.")
-
+    args = prepare(model, x)
+    try:
+        sol = integrate(
+            vector_field,
+            x,
+            ts,
+            args,
+            solver=solver,
+            controller=step,
+            batch_dims=x.ndim - 2,
+            observe=observe,
+            max_steps=max_steps,
+            progress=progress,
+        )
+    except FloatingPointError as err:
+        if model.rescaled and "non-finite" in str(err):
+            raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
+        raise
     return Trajectory(
-        ts=torch.tensor(times, dtype=torch.float64),
-        xs=torch.stack(saved),
-        stats=stats,
-        observed=torch.stack([torch.as_tensor(o) for o in obs]) if obs is not None else None,
+        ts=torch.tensor(sol.ts, dtype=torch.float64),
+        xs=sol.xs,
+        stats=sol.stats,
+        observed=sol.observed,
         variable="z" if model.rescaled else "x",
     )
 
@@ -241,20 +152,19 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
     if model.rescaled:
         if model.weights.ff is not None:
             raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
-        V = model.cast(x)["V"][0]
+        V = model.weights.V[0].to(dtype=x.dtype, device=x.device)
         d = V.shape[0]
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
         R = eye + dt * V
         if torch.linalg.matrix_rank(R) < d:
             raise ValueError(f"R = I + dt V is singular for dt={dt:g}; the discrete rescaling needs it invertible.")
         # The R-recursion is the attention update with value matrix R^{-1} V, scores at R^k z.
-        lifted = Model(
-            Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to(model.weights.V.dtype)),
-            beta=model.beta,
-            mask=model.mask,
-            attention=model.attention,
-            normalization=model.normalization,
+        lifted = dataclasses.replace(
+            model,
+            weights=Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to("cpu", model.weights.V.dtype)),
+            rescaled=False,
         )
+        args = prepare(lifted, x)
         Rk = eye
         for k in range(layers):
             xk = x @ Rk.transpose(-1, -2)
@@ -262,12 +172,13 @@ def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Traje
                 raise FloatingPointError(f"R^k z overflowed at layer {k}.")
             # velocity(x -> attention at xk) - R^{-1}V z: the non-rescaled field of `lifted`
             # evaluated with scores at xk and values at z.
-            x = x + dt * attention_update(lifted, xk, x)
+            x = x + dt * attention_term(xk, x, args, args.scale, subtract_own=True)
             Rk = R @ Rk
             saved.append(x)
     else:
+        args = prepare(model, x)
         for k in range(layers):
-            x = x + dt * velocity(0.0, x, model)
+            x = x + dt * vector_field(0.0, x, args)
             if not bool(torch.isfinite(x).all()):
                 raise FloatingPointError(f"the state became non-finite at layer {k + 1}.")
             saved.append(x)

@@ -7,7 +7,14 @@ Contract
   recomputed at each stage time and state. Freezing it across stages is the bug of the authors'
   scripts (SPEC §6.1) and would make RK4 first order.
 * ``FixedStep(dt)`` and ``AdaptiveStep(rtol=..., atol=...)`` say how steps are chosen.
-* ``rk_step(f, t, x, dt, tableau)`` is one step; it knows nothing about attention.
+* ``rk_step(f, t, x, dt, tableau)`` is one step and ``integrate(f, x0, ts, args, solver=...,
+  controller=...)`` a whole run of any vector field ``f(t, x, args)`` (the diffrax convention:
+  ``args`` is an immutable value prepared once); neither knows anything about attention.
+* Tableaux are validated at construction: row sums of ``a`` equal ``c``, and the order conditions
+  hold up to the stated order (and, for an embedded pair, up to order - 1 for ``b - b_err``).
+* Host synchronisation: fixed steps never read the state on the host inside the step loop; the
+  state is checked for finiteness at each save time. Adaptive steps read one scalar (the error
+  norm) per step, which step control needs.
 * Adaptive control (Dopri5): error norm ``max over batch of RMS(err / (atol + rtol max(|x|, |x_new|)))``
   (so a batch shares one step and every member meets its tolerance), Hairer's initial step
   selection, and a PI controller (``pi_beta=0`` gives the classic I controller).
@@ -17,9 +24,70 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
+import numpy as np
 import torch
+
+TABLEAU_TOL = 1e-13
+
+
+def _rooted_trees(order: int) -> list[tuple]:
+    """Rooted trees with ``order`` nodes, each as a sorted tuple of its children's subtrees."""
+    if order == 1:
+        return [()]
+    out = set()
+
+    # children: a multiset of subtrees whose sizes sum to order - 1
+    def forests(total, max_size):
+        if total == 0:
+            yield ()
+            return
+        for size in range(min(total, max_size), 0, -1):
+            for tree in _rooted_trees(size):
+                for rest in forests(total - size, size):
+                    yield (tree, *rest)
+
+    for forest in forests(order - 1, order - 1):
+        out.add(tuple(sorted(forest)))
+    return sorted(out)
+
+
+def _tree_size(tree: tuple) -> int:
+    return 1 + sum(_tree_size(c) for c in tree)
+
+
+def _tree_density(tree: tuple) -> int:
+    """gamma(t) = |t| times the product of the children's densities (Butcher)."""
+    out = _tree_size(tree)
+    for c in tree:
+        out *= _tree_density(c)
+    return out
+
+
+def order_conditions_failed(c, a, b, order: int) -> list[str]:
+    """The Butcher order conditions ``b . Phi(t) = 1/gamma(t)`` violated for trees up to ``order``.
+
+    Each failed tree is named by its size and index; an empty list means every condition holds.
+    """
+    s = len(b)
+    A = np.zeros((s, s))
+    for k, row in enumerate(a):
+        A[k, : len(row)] = row
+
+    def phi(tree):  # stage weights Phi_i(t): product over children of A Phi(child)
+        v = np.ones(s)
+        for child in tree:
+            v = v * (A @ phi(child))
+        return v
+
+    failed = []
+    for p in range(1, order + 1):
+        for k, tree in enumerate(_rooted_trees(p)):
+            if abs(float(np.dot(b, phi(tree))) - 1.0 / _tree_density(tree)) > TABLEAU_TOL * 10:
+                failed.append(f"order {p} tree {k}")
+    return failed
 
 
 @dataclass(frozen=True)
@@ -35,6 +103,24 @@ class Tableau:
     b: tuple[float, ...]
     b_err: tuple[float, ...] | None = None
     fsal: bool = False
+
+    def __post_init__(self):
+        s = len(self.b)
+        if len(self.c) != s or len(self.a) != s or any(len(row) != k for k, row in enumerate(self.a)):
+            raise ValueError(f"tableau {self.name!r}: c, a and b must describe {s} explicit stages (row k of a has k entries).")
+        if self.b_err is not None and len(self.b_err) != s:
+            raise ValueError(f"tableau {self.name!r}: b_err has {len(self.b_err)} entries, expected {s}.")
+        for k, row in enumerate(self.a):
+            if abs(sum(row) - self.c[k]) > TABLEAU_TOL:
+                raise ValueError(f"tableau {self.name!r}: row {k} of a sums to {sum(row)!r}, not c[{k}] = {self.c[k]!r}.")
+        failed = order_conditions_failed(self.c, self.a, self.b, self.order)
+        if failed:
+            raise ValueError(f"tableau {self.name!r} claims order {self.order} but fails the order conditions {failed}.")
+        if self.b_err is not None:
+            b_hat = tuple(x - e for x, e in zip(self.b, self.b_err, strict=True))
+            failed = order_conditions_failed(self.c, self.a, b_hat, self.order - 1)
+            if failed:
+                raise ValueError(f"tableau {self.name!r}: the embedded weights fail the order-{self.order - 1} conditions {failed}.")
 
     @property
     def stages(self) -> int:
@@ -81,7 +167,7 @@ def Dopri5() -> Tableau:
             (44 / 45, -56 / 15, 32 / 9),
             (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
             (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
-            b,
+            b[:6],  # FSAL: the last stage is evaluated at the new point (b[6] = 0)
         ),
         b,
         tuple(x - y for x, y in zip(b, b_hat, strict=True)),
@@ -89,7 +175,10 @@ def Dopri5() -> Tableau:
     )
 
 
-SOLVERS = {"euler": Euler, "heun": Heun, "rk4": RK4, "dopri5": Dopri5}
+# The one solver list: drives the config schema (attndyn.config) and the tests.
+SolverName = Literal["euler", "heun", "rk4", "dopri5"]
+SOLVERS: dict[str, Callable[[], Tableau]] = {"euler": Euler, "heun": Heun, "rk4": RK4, "dopri5": Dopri5}
+assert tuple(SOLVERS) == get_args(SolverName)
 
 
 @dataclass(frozen=True)
@@ -137,6 +226,7 @@ class AdaptiveStep:
 
 
 Field = Callable[[float, torch.Tensor], torch.Tensor]
+ArgsField = Callable[[float, torch.Tensor, Any], torch.Tensor]
 
 
 def rk_step(f: Field, t: float, x: torch.Tensor, dt: float, tableau: Tableau, k1: torch.Tensor | None = None):
@@ -193,3 +283,174 @@ def initial_step(f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, order: i
     else:
         h1 = (0.01 / max(d1, d2)) ** (1.0 / (order + 1))
     return min(100 * h0, h1), 1
+
+
+# Relative tolerance for "this save time lies on the dt grid".
+GRID_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What :func:`integrate` returns: save times ``ts`` (list of float), states ``xs``
+    ``(T, *x0.shape)``, ``stats`` (``nfev``, ``steps``, ``rejected``) and the stacked ``observed``
+    values (or ``None``)."""
+
+    ts: list[float]
+    xs: torch.Tensor
+    stats: dict = field(default_factory=dict)
+    observed: torch.Tensor | None = None
+
+
+def save_times(ts) -> list[float]:
+    """Validate save times: a non-empty, finite, strictly increasing 1-D sequence."""
+    arr = np.asarray(ts.detach().cpu() if isinstance(ts, torch.Tensor) else ts, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"ts must be a non-empty 1-D array of save times; got shape {arr.shape}.")
+    if not np.isfinite(arr).all():
+        raise ValueError("ts contains non-finite values.")
+    if arr.size > 1 and not (np.diff(arr) > 0).all():
+        raise ValueError(f"ts must be strictly increasing; got {arr.tolist()[:8]}{' ...' if arr.size > 8 else ''}.")
+    return arr.tolist()
+
+
+def _is_finite(x: torch.Tensor) -> bool:
+    return math.isfinite(float(x.sum()))
+
+
+def integrate(
+    f: ArgsField,
+    x0: torch.Tensor,
+    ts,
+    args: Any = None,
+    *,
+    solver: Tableau,
+    controller: FixedStep | AdaptiveStep,
+    batch_dims: int = 0,
+    observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
+    max_steps: int = 100_000,
+    progress: Callable[[float], None] | None = None,
+) -> Solution:
+    """Integrate ``x' = f(t, x, args)`` from ``x0`` at ``ts[0]``, saving the state at every ``ts``.
+
+    Parameters
+    ----------
+    f : vector field ``f(t, x, args) -> tensor`` shaped like ``x``.
+    x0 : tensor; its leading ``batch_dims`` dimensions are independent members (adaptive steps use
+        the maximum of the members' error norms, so the batch shares one step sequence).
+    ts : increasing save times; ``ts[0]`` is the initial time.
+    args : anything ``f`` needs (passed through unchanged).
+    solver : Tableau; controller : FixedStep (save times on its grid) or AdaptiveStep (lands
+        exactly on each save time; needs an embedded error estimate).
+    observe : optional ``observe(t, x) -> tensor`` recorded at each save time.
+    max_steps : cap on accepted + rejected steps; progress : ``progress(t)`` after each accepted step.
+
+    Raises ``FloatingPointError`` when a saved state is non-finite (checked at save times only) or
+    the step size underflows, ``RuntimeError`` at the step cap, ``ValueError`` for bad inputs.
+    """
+    if not isinstance(solver, Tableau):
+        raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
+    times = save_times(ts)
+    x = x0
+    stats = {"nfev": 0, "steps": 0, "rejected": 0}
+
+    def g(t, y):
+        return f(t, y, args)
+
+    saved = [x]
+    obs = [observe(times[0], x)] if observe is not None else None
+    last_finite = [times[0]]
+
+    def save(t, y):
+        if not _is_finite(y):
+            raise FloatingPointError(
+                f"the state became non-finite at t={t:.6g} (checked at save times; the last finite save was t={last_finite[0]:.6g})."
+            )
+        last_finite[0] = t
+        saved.append(y)
+        if observe is not None:
+            obs.append(observe(t, y))
+
+    def count_step(t):
+        if stats["steps"] + stats["rejected"] >= max_steps:
+            raise RuntimeError(f"max_steps={max_steps} reached at t={t:.6g} before the last save time {times[-1]:g}.")
+
+    t = times[0]
+    if isinstance(controller, FixedStep):
+        dt = controller.dt
+        counts = []
+        for a, b in zip(times[:-1], times[1:], strict=True):
+            k = (b - a) / dt
+            if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
+                raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
+            counts.append(round(k))
+        base = times[0]
+        done = 0
+        for target, count in zip(times[1:], counts, strict=True):
+            for _ in range(count):
+                count_step(t)
+                x, _, _, nf = rk_step(g, t, x, dt, solver)
+                done += 1
+                # t from the step count, so rounding does not drift over many steps.
+                t = base + done * dt
+                stats["nfev"] += nf
+                stats["steps"] += 1
+                if progress is not None:
+                    progress(t)
+            t = target
+            save(t, x)
+    elif isinstance(controller, AdaptiveStep):
+        step = controller
+        if not solver.adaptive:
+            raise ValueError(f"AdaptiveStep needs a solver with an error estimate (Dopri5); {solver.name} has none.")
+        k1 = g(t, x)
+        stats["nfev"] += 1
+        if step.dt0 is None:
+            dt, nf = initial_step(g, t, x, k1, solver.order - 1, step.rtol, step.atol, batch_dims)
+            stats["nfev"] += nf
+        else:
+            dt = step.dt0
+        exponent = 1.0 / solver.order
+        err_prev = 1.0
+        for target in times[1:]:
+            while t < target:
+                count_step(t)
+                landing = t + dt >= target * (1 - 1e-14) if target > 0 else t + dt >= target
+                h = target - t if landing else dt
+                x_new, err, k_last, nf = rk_step(g, t, x, h, solver, k1=k1)
+                stats["nfev"] += nf
+                en = error_norm(err, x, x_new, step.rtol, step.atol, batch_dims)
+                if not math.isfinite(en):
+                    en = math.inf
+                if en <= 1.0:
+                    t = target if landing else t + h
+                    x = x_new
+                    k1 = k_last if solver.fsal else None
+                    if k1 is None:
+                        k1 = g(t, x)
+                        stats["nfev"] += 1
+                    stats["steps"] += 1
+                    en = max(en, 1e-10)
+                    factor = step.safety * en ** (-exponent + 0.75 * step.pi_beta) * err_prev**step.pi_beta
+                    factor = min(step.max_factor, max(step.min_factor, factor))
+                    err_prev = en
+                    # A landing step is only shortened; keep the controller's step for the next one.
+                    dt = max(dt, h) * factor if landing else h * factor
+                    if progress is not None:
+                        progress(t)
+                else:
+                    stats["rejected"] += 1
+                    factor = step.min_factor if math.isinf(en) else max(step.min_factor, step.safety * en ** (-exponent))
+                    dt = h * min(1.0, factor)
+                    if t + dt == t:
+                        raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
+            save(t, x)
+    else:
+        raise TypeError(f"step must be FixedStep or AdaptiveStep, not {type(controller).__name__}.")
+    return Solution(
+        ts=times,
+        xs=torch.stack(saved),
+        stats=stats,
+        observed=torch.stack([torch.as_tensor(o) for o in obs]) if obs is not None else None,
+    )

@@ -44,6 +44,20 @@ def as_float_tensor(value, name: str) -> torch.Tensor:
     return t
 
 
+def to_numpy(a) -> np.ndarray:
+    """A host float64 NumPy array from a tensor (any device, gradients detached) or an array-like.
+
+    The one boundary between the torch engine and the NumPy analysis modules.
+    """
+    if isinstance(a, torch.Tensor):
+        return a.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(a, dtype=np.float64)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu")
+
+
 def _per_head(t: torch.Tensor, name: str) -> torch.Tensor:
     if t.ndim == 2:
         return t.unsqueeze(0)
@@ -75,9 +89,9 @@ class FeedForward:
             raise ValueError(f"FeedForward W must be a square (d, d) matrix; got shape {tuple(W.shape)}.")
         if self.sigma not in SIGMAS:
             raise ValueError(f"FeedForward sigma {self.sigma!r} is unknown; choose one of {SIGMAS}.")
-        object.__setattr__(self, "W", W)
+        object.__setattr__(self, "W", _host(W))
         if self.bias is not None:
-            b = as_float_tensor(self.bias, "FeedForward bias")
+            b = _host(as_float_tensor(self.bias, "FeedForward bias"))
             if b.shape != (W.shape[0],):
                 raise ValueError(f"FeedForward bias must have shape ({W.shape[0]},) to match W; got {tuple(b.shape)}.")
             object.__setattr__(self, "bias", b)
@@ -116,9 +130,11 @@ class Weights:
                 raise TypeError(f"ff must be a FeedForward or None, not {type(self.ff).__name__}.")
             if self.ff.d != d:
                 raise ValueError(f"FeedForward W has shape {tuple(self.ff.W.shape)} but the weights have d = {d}.")
-        object.__setattr__(self, "Q", Q)
-        object.__setattr__(self, "K", K)
-        object.__setattr__(self, "V", V)
+        # Parameters live on the host: a Weights (and so a Model) pickles small and device-free;
+        # the engine casts them to the state's device once per run (attndyn.dynamics.prepare).
+        object.__setattr__(self, "Q", _host(Q))
+        object.__setattr__(self, "K", _host(K))
+        object.__setattr__(self, "V", _host(V))
 
     @property
     def heads(self) -> int:

@@ -6,7 +6,7 @@ import numpy as np
 
 import attndyn as ad
 
-from .. import clusters, geometry, plots
+from .. import clusters, geometry, matrices, plots
 from .common import ClaimInfo, ExperimentConfig, Result, report, simulate_batch
 
 CLAIM = ClaimInfo(
@@ -23,8 +23,8 @@ CLAIM = ClaimInfo(
     kind="report",
 )
 
-VC = [[0.92761287, 0.94333073, 0.3827744], [0.94333073, 0.59991396, 0.47825472], [0.3827744, 0.47825472, 0.46668605]]
-V3B = [[0.18608476, 0.34391026, 0.13905949], [0.35244288, 0.6694859, 0.39992145], [0.46685606, 0.17094454, 0.42092308]]
+VC = matrices.VC()
+V3B = matrices.V3B()
 
 
 class Config(ExperimentConfig):

@@ -6,7 +6,7 @@ import numpy as np
 
 import attndyn as ad
 
-from .. import clusters, geometry, plots
+from .. import clusters, geometry, matrices, plots
 from .common import ClaimInfo, ExperimentConfig, Result, at_most, report, simulate_batch, tensor
 
 CLAIM = ClaimInfo(
@@ -22,7 +22,7 @@ CLAIM = ClaimInfo(
     kind="report",
 )
 
-V2 = np.array([[0.64709742, 0.81911926], [0.61210449, 0.63263484]])
+V2 = matrices.V2()
 
 
 class Config(ExperimentConfig):

@@ -7,7 +7,7 @@ import scipy.linalg as sla
 
 import attndyn as ad
 
-from .. import clusters, geometry, plots, spectra
+from .. import clusters, geometry, matrices, plots, spectra
 from .common import ClaimInfo, ExperimentConfig, Result, at_most, fraction, simulate_batch
 
 CLAIM = ClaimInfo(
@@ -24,9 +24,9 @@ CLAIM = ClaimInfo(
     kind="pass/fail",
 )
 
-V2 = [[0.64709742, 0.81911926], [0.61210449, 0.63263484]]
-V3A = [[0.2362413, 0.0599536, 0.40506019], [0.81321448, 0.49948705, 0.33754772], [0.2160645, 0.38505272, 0.14588075]]
-V3B = [[0.18608476, 0.34391026, 0.13905949], [0.35244288, 0.6694859, 0.39992145], [0.46685606, 0.17094454, 0.42092308]]
+V2 = matrices.V2()
+V3A = matrices.V3A()
+V3B = matrices.V3B()
 
 
 class Config(ExperimentConfig):
