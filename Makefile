@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# ruff (pinned in the test extra): the lint rules of pyproject.toml and the formatter's check.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# On a machine with a CUDA device: the engine oracles on the GPU in float64 and float32, then
+# the velocity benchmark there. Without a device the tests skip and the benchmark says so.
+gpu-check: $(STAMP)
+	$(PY) -m pytest -m gpu -v -p no:cacheprovider
+	$(PY) benchmarks/velocity.py --quick --device cuda
 
 bench: $(STAMP)
 	$(PY) benchmarks/velocity.py

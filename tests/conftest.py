@@ -1,23 +1,9 @@
+"""Fixtures only; shared helpers live in tests/helpers.py."""
+
 import numpy as np
 import pytest
-import torch
-
-import attndyn as ad
 
 
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-def random_weights(rng, d, *, heads=1, m=None, scale=0.5):
-    """Random non-symmetric Q, K, V (Gaussian entries) as NumPy float64."""
-    m = d if m is None else m
-    Q = rng.normal(0, scale, (heads, m, d))
-    K = rng.normal(0, scale, (heads, m, d))
-    V = rng.normal(0, scale, (heads, d, d))
-    return ad.Weights(Q, K, V)
-
-
-def tensor(a):
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))

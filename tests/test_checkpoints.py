@@ -1,7 +1,6 @@
 """Trained checkpoints: our reading of the weights reproduces the network (issue 5)."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -12,11 +11,14 @@ from attndyn import checkpoints as ck
 from attndyn.cli import app
 
 transformers = pytest.importorskip("transformers")
-os.environ["HF_HUB_OFFLINE"] = "1"  # never download
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never download
 
 
 def tiny(tmp_path, arch):
-    torch.manual_seed(0)
     if arch == "bert":
         cfg = transformers.BertConfig(
             hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=37, vocab_size=50, max_position_embeddings=40
@@ -34,7 +36,11 @@ def tiny(tmp_path, arch):
         )
         cls = transformers.AlbertModel
     folder = tmp_path / arch
-    cls(cfg).save_pretrained(str(folder), safe_serialization=True)
+    # transformers initialises from torch's global generator: seed it inside a fork so that the
+    # process-wide state is restored afterwards.
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        cls(cfg).save_pretrained(str(folder), safe_serialization=True)
     return folder, cls.from_pretrained(str(folder), attn_implementation="eager").eval()
 
 

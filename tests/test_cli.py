@@ -63,6 +63,8 @@ def test_simulate_writes_a_complete_run(tmp_path):
         (TINY + '\n[weights]\nV = { kind = "diagonal" }\n', "needs the key 'diag'"),
         (TINY.replace("seed = 3", ""), "seed: Field required"),
         ("this is = = not toml", "not valid TOML"),
+        (TINY.replace("d = 2", 'd = 2\ndtype = "float16"'), "dtype: Input should be 'float64' or 'float32'"),
+        (TINY.replace("d = 2", 'd = 2\ndevice = "banana"'), "device = 'banana' is not a device name"),
     ],
 )
 def test_bad_config_exits_2_with_one_line(tmp_path, text, expected):
@@ -103,3 +105,21 @@ feedforward = { sigma = "tanh", W = { kind = "random", dist = "goe" }, bias = [0
     np.testing.assert_allclose(arrays["V"][0], arrays["V"][0].T)  # B B^T is symmetric
     assert np.linalg.eigvalsh(arrays["V"][0]).min() >= -1e-12
     assert json.loads((out / "config.json").read_text())["weights"]["feedforward"]["sigma"] == "tanh"
+
+
+def test_float32_config_runs_in_float32_and_cuda_is_refused_without_a_device(tmp_path):
+    import tomllib
+
+    import torch
+
+    from attndyn.config import ConfigError, build, parse_config
+
+    data = tomllib.loads(TINY)
+    setup = build(parse_config({**data, "dtype": "float32"}))
+    assert setup.x0.dtype == torch.float32
+    ref = build(parse_config(data))
+    # the same seed draws the same system in either precision
+    np.testing.assert_allclose(setup.x0.double().numpy(), ref.x0.numpy(), rtol=1e-7)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA device is available"):
+            build(parse_config({**data, "device": "cuda"}))

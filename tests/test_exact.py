@@ -7,7 +7,7 @@ import torch
 
 import attndyn as ad
 
-from .conftest import random_weights
+from .helpers import random_weights
 from .tolerances import ADAPTIVE, FIXED
 
 T = 1.0

@@ -8,7 +8,7 @@ import torch
 
 import attndyn as ad
 
-from .conftest import random_weights
+from .helpers import random_weights
 from .tolerances import FUSED_VS_DENSE, HARDMAX_MATCH
 
 

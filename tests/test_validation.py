@@ -10,7 +10,7 @@ import torch
 
 import attndyn as ad
 
-from .conftest import random_weights
+from .helpers import random_weights
 
 
 def test_mismatched_QK_shapes():

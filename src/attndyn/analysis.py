@@ -19,6 +19,7 @@ returns an :class:`Analysis` (no I/O, no plotting). Steps:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -28,8 +29,9 @@ import torch
 
 from . import clusters, geometry, lowrank, spectra
 from .dynamics import Model, attention_matrix
-from .io import finite_json
+from .numerics import finite_json
 from .simulation import Trajectory
+from .weights import to_numpy
 
 # Tolerances of the analysis, explicit and documented (SPEC §4.0).
 RANK_TOL = 1e-8  # singular values of P above this count
@@ -74,7 +76,7 @@ def rescaled_tokens(traj: Trajectory, model: Model) -> np.ndarray | None:
         return xs
     if model.weights.heads > 1:
         return None
-    V = model.weights.V[0].numpy().astype(np.float64)
+    V = to_numpy(model.weights.V[0])
     d = V.shape[0]
     if traj.step_size is not None:
         Rinv = np.linalg.inv(np.eye(d) + traj.step_size * V)
@@ -94,7 +96,7 @@ def final_attention(traj: Trajectory, model: Model) -> torch.Tensor:
         V = model.weights.V[0].to(x.dtype)
         R = torch.eye(V.shape[0], dtype=x.dtype) + traj.step_size * V
         x = x @ torch.linalg.matrix_power(R, len(traj.ts) - 1).T
-        plain = Model(model.weights, beta=model.beta, mask=model.mask, attention="dense", normalization=model.normalization)
+        plain = dataclasses.replace(model, rescaled=False, attention="dense")
         return attention_matrix(plain, x)
     return attention_matrix(model, x, t=t if traj.step_size is None else 0.0)
 
@@ -137,7 +139,7 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
     else:
         reg = spectra.regime(model.weights, beta=1.0 if model.hard else model.beta)
     zs = rescaled_tokens(traj, model) if not follow_up else None
-    V = model.weights.V[0].numpy().astype(np.float64)
+    V = to_numpy(model.weights.V[0])
     scale = float(np.abs(xs[0]).max())
 
     # The space in which the prediction is a limit, and the distance to the predicted object.
@@ -181,7 +183,7 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
         predicted = {"at_most_points": 3, "k": final.shape[1]}
 
     # Attention at the final time.
-    P = final_attention(traj, model).numpy()
+    P = to_numpy(final_attention(traj, model))
     bdist, rank, lead, exc = [], [], [], []
     for Ph in P:
         bdist.append(lowrank.boolean_distance(Ph))

@@ -31,6 +31,7 @@ from .dynamics import Model, attention_matrix
 from .io import atomic_write_text, write_json
 from .simulation import residual_layers, simulate
 from .solvers import AdaptiveStep, Dopri5
+from .weights import to_numpy
 
 
 def mean_cosine(x: np.ndarray) -> float:
@@ -56,13 +57,26 @@ def leaders(P: np.ndarray, tokens: list[str], k: int = 3) -> list[str]:
 
 
 def checkpoint_report(
-    path_or_name: str, *, text: str, layer: int = 0, head: int | None = None, out: Path, allow_pickle: bool = False, progress=None
+    path_or_name: str,
+    *,
+    text: str,
+    layer: int = 0,
+    head: int | None = None,
+    out: Path,
+    allow_pickle: bool = False,
+    progress=None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
 ) -> dict:
+    """Spectra of every head and the dynamics of one layer's weights against the real network.
+
+    The real encoder runs on the host; the simulated dynamics run on ``device`` in ``dtype``.
+    """
     from . import plots
 
     ckpt = load_checkpoint(resolve(path_or_name), allow_pickle=allow_pickle)
     ckpt.weights(layer, head)  # validates layer and head before any work
-    x0, tokens = embed(ckpt, text)
+    x0, tokens = embed(ckpt, text, dtype=dtype)
     out = Path(out)
     (out / "index.html").unlink(missing_ok=True)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -91,20 +105,21 @@ def checkpoint_report(
     ts = np.arange(L + 1, dtype=float)
     sim_error = None
     try:
-        cont = simulate(model, x0, ts, solver=Dopri5(), step=AdaptiveStep(rtol=1e-8, atol=1e-10), max_steps=200_000).xs.numpy()
+        cont = simulate(model, x0.to(device), ts, solver=Dopri5(), step=AdaptiveStep(rtol=1e-8, atol=1e-10), max_steps=200_000).xs
+        cont = to_numpy(cont)
     except (FloatingPointError, RuntimeError) as err:
         cont, sim_error = None, str(err)
-    disc = residual_layers(model, x0, L, step_size=1.0).xs.numpy()
+    disc = to_numpy(residual_layers(model, x0.to(device), L, step_size=1.0).xs)
     comparison = []
     for k in range(L + 1):
-        row = {"depth": k, "real": {"mean_cosine": mean_cosine(hidden[k].numpy()), "effective_rank": effective_rank(hidden[k].numpy())}}
+        row = {"depth": k, "real": {"mean_cosine": mean_cosine(to_numpy(hidden[k])), "effective_rank": effective_rank(to_numpy(hidden[k]))}}
         if k >= 1:
-            row["real"]["leaders"] = leaders(probs[k - 1].numpy(), tokens)
+            row["real"]["leaders"] = leaders(to_numpy(probs[k - 1]), tokens)
         for label, traj in (("continuous", cont), ("residual", disc)):
             if traj is None:
                 continue
             x = traj[k]
-            P = attention_matrix(model, torch.from_numpy(x)).numpy()
+            P = to_numpy(attention_matrix(model, torch.from_numpy(x).to(dtype)))
             row[label] = {
                 "mean_cosine": mean_cosine(x),
                 "effective_rank": effective_rank(x),

@@ -80,6 +80,7 @@ def simulate(
     from . import simulate as run_simulation
     from .config import ConfigError, build, load_config
     from .io import write_json, write_npz
+    from .weights import to_numpy
 
     try:
         cfg = load_config(config)
@@ -104,17 +105,17 @@ def simulate(
     except (FloatingPointError, RuntimeError) as err:
         fail(f"simulation stopped: {err}")
     wall = time.perf_counter() - start
-    ts, xs = traj.numpy()
+    ts, xs = traj.numpy()  # host float64 whatever the run's device and dtype
     out.mkdir(parents=True, exist_ok=True)
     # summary.json goes last: its presence marks a complete run folder.
     (out / "summary.json").unlink(missing_ok=True)
     write_json(out / "config.json", cfg.model_dump(mode="json"))
     w = setup.model.weights
-    arrays = {"ts": ts, "xs": xs, "Q": w.Q.numpy(), "K": w.K.numpy(), "V": w.V.numpy()}
+    arrays = {"ts": ts, "xs": xs, "Q": to_numpy(w.Q), "K": to_numpy(w.K), "V": to_numpy(w.V)}
     if w.ff is not None:
-        arrays["W"] = w.ff.W.numpy()
+        arrays["W"] = to_numpy(w.ff.W)
         if w.ff.bias is not None:
-            arrays["bias"] = w.ff.bias.numpy()
+            arrays["bias"] = to_numpy(w.ff.bias)
     write_npz(out / "trajectory.npz", **arrays)
     from . import plots
 
@@ -254,7 +255,7 @@ def reproduce(
             verdicts[cid] = record["verdict"]
             bar.advance(task)
     try:
-        page = build(out)
+        page = build(out, list(EXPERIMENTS))
     except ReportError as err:
         fail(str(err))
     summary = ", ".join(f"{v}: {sum(x == v for x in verdicts.values())}" for v in ("pass", "fail", "report", "skipped"))
@@ -268,10 +269,11 @@ def reproduce(
 @app.command()
 def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]):
     """Rebuild DIR/index.html and DIR/results.json from the run folders, without recomputing."""
+    from .experiments import EXPERIMENTS
     from .report import ReportError, build
 
     try:
-        page = build(out)
+        page = build(out, list(EXPERIMENTS))
     except ReportError as err:
         fail(str(err))
     console.print(f"report: {page.resolve()}")
@@ -285,10 +287,22 @@ def checkpoint(
     head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("checkpoint-report"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
+    device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
 ):
     """Spectra of every head of a trained checkpoint, and the dynamics its weights drive vs its hidden states."""
+    import torch
+
     from .checkpoint_report import checkpoint_report
     from .checkpoints import CheckpointError
+    from .config import ConfigError, resolve_device
+
+    if dtype not in ("float64", "float32"):
+        fail(f"--dtype {dtype!r} is not float64 or float32")
+    try:
+        dev = resolve_device(device)
+    except ConfigError as err:
+        fail(f"--device: {err}")
 
     if out.exists() and not out.is_dir():
         fail(f"--out {str(out)!r} exists and is not a folder")
@@ -297,7 +311,15 @@ def checkpoint(
         with bar:
             task = bar.add_task("loading checkpoint")
             record = checkpoint_report(
-                path, text=text, layer=layer, head=head, out=out, allow_pickle=allow_pickle, progress=lambda msg: bar.update(task, description=msg)
+                path,
+                text=text,
+                layer=layer,
+                head=head,
+                out=out,
+                allow_pickle=allow_pickle,
+                progress=lambda msg: bar.update(task, description=msg),
+                device=dev,
+                dtype=getattr(torch, dtype),
             )
     except CheckpointError as err:
         fail(str(err))

@@ -2,7 +2,7 @@
 
 Contract
 --------
-Pure functions on host arrays (NumPy or torch in, NumPy out); no I/O.
+Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attndyn.weights.to_numpy``); no I/O.
 
 * ``cluster_labels(points, tol=...)``: single linkage at distance ``tol``; labels are integers
   numbered in order of first appearance.
@@ -24,7 +24,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 def as_points(points, name: str = "points") -> np.ndarray:
     """``(n, d)`` float64 array (a 1-D input is n points in d = 1); rejects empty or non-finite."""
-    a = np.asarray(points.detach().cpu() if hasattr(points, "detach") else points, dtype=np.float64)
+    a = np.asarray(points, dtype=np.float64)
     if a.ndim == 1:
         a = a[:, None]
     if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:

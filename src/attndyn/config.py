@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .dynamics import Model
-from .solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
+from .dynamics import Geometry, Kernel, Mask, Model, Normalization
+from .solvers import SOLVERS, AdaptiveStep, FixedStep, SolverName, Tableau
 from .weights import FeedForward, Weights
 
 
@@ -93,15 +93,15 @@ class InitSpec(Strict):
 
 class ModelSpec(Strict):
     beta: float = Field(default=1.0, ge=0)
-    mask: Literal["full", "causal"] = "full"
-    geometry: Literal["euclidean", "sphere"] = "euclidean"
+    mask: Mask = "full"
+    geometry: Geometry = "euclidean"
     rescaled: bool = False
-    attention: Literal["dense", "fused"] = "dense"
-    normalization: Literal["softmax", "unnormalized"] = "softmax"
+    attention: Kernel = "dense"
+    normalization: Normalization = "softmax"
 
 
 class SolverSpec(Strict):
-    method: Literal["euler", "heun", "rk4", "dopri5"] = "rk4"
+    method: SolverName = "rk4"
     dt: float | None = Field(default=None, gt=0)
     rtol: float | None = Field(default=None, gt=0)
     atol: float | None = Field(default=None, gt=0)
@@ -126,10 +126,17 @@ class SolverSpec(Strict):
         return self
 
 
+DType = Literal["float64", "float32"]
+
+
 class SimulationConfig(Strict):
     seed: int
     n: int = Field(ge=1)
     d: int = Field(ge=1)
+    # Where and in what precision the state is integrated. Random draws are made in float64 NumPy
+    # on the host first, so a seed gives the same system on every device.
+    device: str = "cpu"
+    dtype: DType = "float64"
     init: InitSpec = InitSpec()
     weights: WeightsSpec = WeightsSpec()
     model: ModelSpec = ModelSpec()
@@ -260,6 +267,24 @@ class Setup:
     max_steps: int
 
 
+def resolve_device(name: str) -> torch.device:
+    """A torch device from its name (``cpu``, ``cuda``, ``cuda:1``, ``mps``); ConfigError if unusable here."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device = {name!r} is not a device name (use 'cpu', 'cuda' or 'cuda:N')") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device = {name!r}: no CUDA device is available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device = {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device = {name!r}: MPS is not available on this machine")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device = {name!r} is not supported (use 'cpu', 'cuda' or 'cuda:N')")
+    return device
+
+
 def build(config: SimulationConfig) -> Setup:
     """Resolve a config into library objects. Raises ConfigError (one line) when inconsistent."""
     rng = np.random.default_rng(config.seed)
@@ -276,7 +301,9 @@ def build(config: SimulationConfig) -> Setup:
         model = Model(Weights(Q, K, V, ff), **config.model.model_dump())
         s = config.solver
         step = FixedStep(s.dt) if s.dt is not None else AdaptiveStep(rtol=s.rtol, atol=s.atol)
-        return Setup(model, torch.from_numpy(x0), save_times(s), SOLVERS[s.method](), step, s.max_steps)
+        device = resolve_device(config.device)
+        x0 = torch.from_numpy(x0).to(device=device, dtype=getattr(torch, config.dtype))
+        return Setup(model, x0, save_times(s), SOLVERS[s.method](), step, s.max_steps)
     except ConfigError:
         raise
     except (ValueError, TypeError) as err:

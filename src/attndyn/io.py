@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .numerics import finite_json
+
 RUN_FILES = ("config.json", "trajectory.npz", "summary.json")
 
 
@@ -61,22 +63,6 @@ def _jsonable(value):
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def finite_json(obj):
-    """A copy of ``obj`` that JSON can hold: NumPy scalars to Python, non-finite floats to strings."""
-    if isinstance(obj, dict):
-        return {k: finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite_json(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return finite_json(obj.tolist())
-    if isinstance(obj, float | np.floating):
-        v = float(obj)
-        return v if np.isfinite(v) else str(v)
-    if isinstance(obj, np.integer | np.bool_):
-        return obj.item()
-    return obj
 
 
 def write_npz(path: str | Path, **arrays) -> Path:

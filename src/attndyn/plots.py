@@ -8,25 +8,50 @@ it atomically as PNG and closes it. No LaTeX is needed; every axis is labelled.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from .io import atomic_write_bytes
 
-from .io import atomic_write_bytes  # noqa: E402
+# Applied inside each figure function (matplotlib.rc_context), never to the global rcParams: a
+# library import must not change its host's matplotlib state. Figures are plain ``Figure``
+# objects (no pyplot, no backend switch), rendered by Agg when saved.
+STYLE = {"font.size": 11, "axes.titlesize": 12, "figure.dpi": 100}
 
-plt.rcParams.update({"font.size": 11, "axes.titlesize": 12, "figure.dpi": 100})
+
+def styled(fn):
+    """Run a figure function under the module's style."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(STYLE):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure(figsize) -> Figure:
+    return Figure(figsize=figsize, dpi=STYLE["figure.dpi"])
+
+
+def _subplots(*grid, figsize, **kwargs):
+    fig = _figure(figsize)
+    return fig, fig.subplots(*grid, **kwargs)
+
+
+def _cmap(name: str):
+    return matplotlib.colormaps[name]
 
 
 def save(fig, path: str | Path, *, dpi: int = 120) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())
 
 
@@ -37,6 +62,7 @@ def principal_axes(points: np.ndarray, k: int = 2) -> np.ndarray:
     return vt[:k].T
 
 
+@styled
 def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: str = "x"):
     """Token paths: ``xs`` of shape ``(T, n, d)`` (a batch shows its first member).
 
@@ -47,15 +73,15 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
     while xs.ndim > 3:
         xs = xs[:, 0]
     T, n, d = xs.shape
-    colors = plt.cm.viridis(np.linspace(0, 0.9, n))
+    colors = _cmap("viridis")(np.linspace(0, 0.9, n))
     if d == 1:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = _subplots(figsize=(6, 4))
         for i in range(n):
             ax.plot(ts, xs[:, i, 0], color=colors[i], lw=1)
         ax.set_xlabel("t")
         ax.set_ylabel(f"{variable}_i(t)")
     elif d == 3:
-        fig = plt.figure(figsize=(6, 5))
+        fig = _figure(figsize=(6, 5))
         ax = fig.add_subplot(projection="3d")
         for i in range(n):
             ax.plot(xs[:, i, 0], xs[:, i, 1], xs[:, i, 2], color=colors[i], lw=1)
@@ -71,7 +97,7 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         else:
             axes = principal_axes(xs.reshape(-1, d))
             pts, labels = (xs - xs.reshape(-1, d).mean(0)) @ axes, ("principal component 1", "principal component 2")
-        fig, ax = plt.subplots(figsize=(5.5, 5))
+        fig, ax = _subplots(figsize=(5.5, 5))
         for i in range(n):
             ax.plot(pts[:, i, 0], pts[:, i, 1], color=colors[i], lw=1)
         ax.scatter(pts[0, :, 0], pts[0, :, 1], facecolors="none", edgecolors="gray", s=20, label=f"t = {ts[0]:.3g}")
@@ -105,14 +131,15 @@ def _hull_edges_3d(points: np.ndarray):
     return [points[np.r_[s, s[0]]] for s in hull.simplices]
 
 
+@styled
 def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=None):
     """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the limit polytope (solid)."""
     zs = np.asarray(zs)
     d = zs.shape[-1]
     final = np.asarray(limit_points) if limit_points is not None else zs[-1]
-    colors = plt.cm.viridis(np.linspace(0, 0.9, zs.shape[1]))
+    colors = _cmap("viridis")(np.linspace(0, 0.9, zs.shape[1]))
     if d == 2:
-        fig, ax = plt.subplots(figsize=(5.5, 5))
+        fig, ax = _subplots(figsize=(5.5, 5))
         for i in range(zs.shape[1]):
             ax.plot(zs[:, i, 0], zs[:, i, 1], color=colors[i], lw=0.9)
         for poly, style, label in ((_hull_polygon(zs[0]), "--", "initial hull"), (_hull_polygon(final), "-", "limit polytope")):
@@ -125,7 +152,7 @@ def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=No
         ax.set_aspect("equal", adjustable="datalim")
         ax.legend(loc="best", fontsize=8)
     else:
-        fig = plt.figure(figsize=(6, 5.5))
+        fig = _figure(figsize=(6, 5.5))
         ax = fig.add_subplot(projection="3d")
         for i in range(zs.shape[1]):
             ax.plot(zs[:, i, 0], zs[:, i, 1], zs[:, i, 2], color=colors[i], lw=0.8)
@@ -139,11 +166,12 @@ def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=No
     return fig
 
 
+@styled
 def coordinates_vs_time(ts, c, *, levels: dict, ylabel: str, title: str):
     """Scalar coordinates c_i(t) (``(T, n)``) against t, with horizontal reference lines."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = _subplots(figsize=(6.5, 4))
     c = np.asarray(c)
-    colors = plt.cm.viridis(np.linspace(0, 0.9, c.shape[1]))
+    colors = _cmap("viridis")(np.linspace(0, 0.9, c.shape[1]))
     for i in range(c.shape[1]):
         ax.plot(ts, c[:, i], color=colors[i], lw=0.9)
     for name, value in levels.items():
@@ -155,10 +183,11 @@ def coordinates_vs_time(ts, c, *, levels: dict, ylabel: str, title: str):
     return fig
 
 
+@styled
 def attention_heatmaps(Ps, times, ranks, *, tol: float, title: str):
     """P at several times, each titled with its numerical rank at the explicit tolerance."""
     k = len(Ps)
-    fig, axes = plt.subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
+    fig, axes = _subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
     for ax, P, t, r in zip(axes[0], Ps, times, ranks, strict=True):
         ax.imshow(P, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
         ax.set_title(f"t = {t:.3g}, rank = {r}", fontsize=10)
@@ -169,9 +198,10 @@ def attention_heatmaps(Ps, times, ranks, *, tol: float, title: str):
     return fig
 
 
+@styled
 def distance_log(ts, dist, *, ylabel: str, title: str, fit=None, floor: float = 1e-300):
     """A distance on a log scale against t, with an optional fitted exponential rate."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _subplots(figsize=(6, 4))
     dist = np.asarray(dist, float)
     ok = dist > floor
     ax.semilogy(np.asarray(ts)[ok], dist[ok], color="navy", lw=1.5, label="measured")
@@ -186,9 +216,10 @@ def distance_log(ts, dist, *, ylabel: str, title: str, fit=None, floor: float = 
     return fig
 
 
+@styled
 def counts_vs_time(ts, counts: dict, *, ylabel: str, title: str, logx: bool = False):
     """Cluster counts (or other integer series) against t; ``counts`` maps a label to a series."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _subplots(figsize=(6, 4))
     for label, series in counts.items():
         ax.step(ts, series, where="post", lw=1.4, label=label)
     if logx:
@@ -201,8 +232,9 @@ def counts_vs_time(ts, counts: dict, *, ylabel: str, title: str, logx: bool = Fa
     return fig
 
 
+@styled
 def loglog(ts, series: dict, *, ylabel: str, title: str, slopes: dict | None = None):
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _subplots(figsize=(6, 4))
     for label, y in series.items():
         ax.loglog(ts, y, lw=1.5, label=label)
     for label, (t, y) in (slopes or {}).items():
@@ -214,6 +246,7 @@ def loglog(ts, series: dict, *, ylabel: str, title: str, slopes: dict | None = N
     return fig
 
 
+@styled
 def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
     """Coordinates of the tokens along the eigen-directions of a symmetric V (high-dimensional figure).
 
@@ -223,7 +256,7 @@ def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
     """
     coords = np.asarray(coords)  # (T, n, d)
     eigenvalues = np.asarray(eigenvalues)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2) = _subplots(1, 2, figsize=(11, 4))
     pos = np.flatnonzero(eigenvalues > 0)
     neg = np.flatnonzero(eigenvalues < 0)
     for k in pos[np.argsort(-eigenvalues[pos])][:6]:
@@ -250,6 +283,7 @@ def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
     return fig
 
 
+@styled
 def write_gif(path, setup, update, n_frames: int, *, figsize=(4.5, 4.5), fps: int = 8, dpi: int = 72) -> Path:
     """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
 
@@ -261,7 +295,7 @@ def write_gif(path, setup, update, n_frames: int, *, figsize=(4.5, 4.5), fps: in
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig = plt.figure(figsize=figsize)
+    fig = _figure(figsize=figsize)
     state = setup(fig)
     writer = PillowWriter(fps=fps)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -270,7 +304,6 @@ def write_gif(path, setup, update, n_frames: int, *, figsize=(4.5, 4.5), fps: in
             for k in range(n_frames):
                 update(state, k)
                 writer.grab_frame()
-        plt.close(fig)
         atomic_write_bytes(path, tmp_file.read_bytes())
     return path
 
@@ -279,6 +312,7 @@ def frame_indices(T: int, n_frames: int = 30) -> np.ndarray:
     return np.unique(np.linspace(0, T - 1, min(n_frames, T)).round().astype(int))
 
 
+@styled
 def points_movie(path, ts, zs, *, title: str, variable: str = "z"):
     """Tokens moving in 2-D or 3-D (with the current convex hull in 2-D)."""
     zs = np.asarray(zs)
@@ -321,6 +355,7 @@ def points_movie(path, ts, zs, *, title: str, variable: str = "z"):
     return write_gif(path, setup, update, len(idx))
 
 
+@styled
 def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
     idx = frame_indices(len(ts))
 
@@ -339,11 +374,12 @@ def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
     return write_gif(path, setup, update, len(idx))
 
 
+@styled
 def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4):
     """Eigenvalues in the complex plane, one panel per head (as in the paper's ALBERT figure)."""
     k = len(eigs)
     rows = math.ceil(k / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
+    fig, axes = _subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
     for ax in axes.flat[k:]:
         ax.axis("off")
     for ax, w, label in zip(axes.flat, eigs, labels, strict=False):

@@ -49,18 +49,18 @@ def read_record(folder: Path) -> dict:
     return record
 
 
-def collect(out_dir: Path) -> list[dict]:
+def collect(out_dir: Path, order: list[str] | None = None) -> list[dict]:
     runs = Path(out_dir) / "runs"
     if not runs.is_dir():
         raise ReportError(f"{out_dir} holds no run folders (expected {runs})")
     folders = sorted(p for p in runs.iterdir() if p.is_dir())
     if not folders:
         raise ReportError(f"{runs} is empty")
-    from .experiments import EXPERIMENTS
-
-    order = {cid: k for k, cid in enumerate(EXPERIMENTS)}
+    # The claims' order comes from the caller (the CLI passes the registry's); the report itself
+    # only reads run folders.
+    rank = {cid: k for k, cid in enumerate(order or [])}
     records = [read_record(f) for f in folders]
-    return sorted(records, key=lambda r: (order.get(r["id"], len(order)), r["id"]))
+    return sorted(records, key=lambda r: (rank.get(r["id"], len(rank)), r["id"]))
 
 
 def _fmt(value) -> str:
@@ -170,10 +170,10 @@ def results_json(records: list[dict], *, quick: bool, seed: int) -> dict:
     }
 
 
-def build(out_dir: str | Path) -> Path:
+def build(out_dir: str | Path, order: list[str] | None = None) -> Path:
     """Write ``results.json`` and ``index.html`` from the run folders; returns the page's path."""
     out_dir = Path(out_dir)
-    records = collect(out_dir)
+    records = collect(out_dir, order)
     quick = {r.get("quick") for r in records}
     seeds = {r.get("seed") for r in records}
     if len(quick) > 1 or len(seeds) > 1:

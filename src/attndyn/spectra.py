@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .geometry import EIG_RTOL, left_eigenvector, paranormal_split, top_eigen_status
-from .weights import Weights
+from .weights import Weights, to_numpy
 
 REGIMES = (
     "boolean-1d",
@@ -53,10 +53,6 @@ class Regime:
     variable: str  # "x", "z" or "" (no prediction)
     reference: str
     also: tuple[str, ...] = field(default_factory=tuple)
-
-
-def _np(t) -> np.ndarray:
-    return t.detach().cpu().numpy().astype(np.float64)
 
 
 def scalar_identity(M: np.ndarray) -> float | None:
@@ -103,8 +99,8 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
         return Regime("none", f"{weights.heads} heads: the paper proves nothing for multi-head dynamics (§2.8, open problem 3)", "", "", "§12")
     if weights.ff is not None:
         return Regime("none", "a feed-forward map: an open problem of the paper (§2.8, open problem 2)", "", "", "eq: mlp.transfo")
-    V = _np(weights.V[0])
-    B = beta * _np(weights.bilinear()[0])
+    V = to_numpy(weights.V[0])
+    B = beta * to_numpy(weights.bilinear()[0])
     d = V.shape[0]
     spd = is_spd(B)
 
@@ -204,8 +200,8 @@ def head_spectra(weights: Weights, *, beta: float = 1.0) -> list[HeadSpectrum]:
     tokens), and the head's regime on its own."""
     out = []
     for h in range(weights.heads):
-        V = _np(weights.V[h])
-        B = beta * _np(weights.bilinear()[h])
+        V = to_numpy(weights.V[h])
+        B = beta * to_numpy(weights.bilinear()[h])
         top_ok, _ = top_eigen_status(V)
         qk = None
         if top_ok:
