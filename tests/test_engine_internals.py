@@ -270,3 +270,16 @@ def test_importing_plots_leaves_matplotlib_global_state_alone():
     assert same_backend
     assert same_rc
     assert fontsize == 11  # the module's style was applied inside the figure function
+
+
+def test_public_functions_are_annotated():
+    """Every public top-level function of the package annotates its parameters and its return."""
+    missing = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                gaps = [a.arg for a in args if a.annotation is None] + (["return"] if node.returns is None else [])
+                if gaps:
+                    missing.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} {gaps}")
+    assert not missing, "\n".join(missing)

@@ -65,7 +65,7 @@ def scores(x: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float, M: t
     return L if scale == 1.0 else L * scale
 
 
-def causal_mask(n: int, device) -> torch.Tensor:
+def causal_mask(n: int, device: torch.device | str) -> torch.Tensor:
     """Boolean ``(n, n)`` mask, True where token i may NOT attend to j (j > i)."""
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 

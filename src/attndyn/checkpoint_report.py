@@ -20,6 +20,7 @@ JSON and figures, so an interrupted run leaves no page), and returns the JSON re
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,7 @@ def checkpoint_report(
     head: int | None = None,
     out: Path,
     allow_pickle: bool = False,
-    progress=None,
+    progress: Callable[[str], None] | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
 ) -> dict:

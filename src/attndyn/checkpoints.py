@@ -289,7 +289,7 @@ def _activation(name: str, x):
     return torch.relu(x)
 
 
-def embed_ids(ckpt: Checkpoint, ids, type_ids=None, *, dtype=torch.float64) -> torch.Tensor:
+def embed_ids(ckpt: Checkpoint, ids: torch.Tensor, type_ids: torch.Tensor = None, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Embeddings of token ids: word + position + type, LayerNorm (and ALBERT's map to d_model)."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     n = ids.shape[-1]
@@ -308,7 +308,7 @@ def embed_ids(ckpt: Checkpoint, ids, type_ids=None, *, dtype=torch.float64) -> t
     return x
 
 
-def tokenize(ckpt: Checkpoint, text: str):
+def tokenize(ckpt: Checkpoint, text: str) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """(ids, type_ids, token strings) with the checkpoint's own tokenizer.json."""
     if not isinstance(text, str) or not text.strip():
         raise CheckpointError("the text is empty")
@@ -327,7 +327,7 @@ def tokenize(ckpt: Checkpoint, text: str):
     return enc.ids, enc.type_ids, enc.tokens
 
 
-def embed(ckpt: Checkpoint, text: str, *, dtype=torch.float64) -> tuple[torch.Tensor, list[str]]:
+def embed(ckpt: Checkpoint, text: str, *, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, list[str]]:
     """x0 ``(n, d_model)`` and the token strings of ``text``."""
     ids, type_ids, tokens = tokenize(ckpt, text)
     return embed_ids(ckpt, ids, type_ids, dtype=dtype), tokens

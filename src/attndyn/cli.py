@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+if TYPE_CHECKING:
+    from .dynamics import Model
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-attention dynamics: simulate, analyse, reproduce.")
 err_console = Console(stderr=True)
@@ -36,12 +40,12 @@ def _version(value: bool):
 @app.callback()
 def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-):
+) -> None:
     """attndyn: Transformers as interacting particle systems."""
 
 
 @contextlib.contextmanager
-def delayed_progress(description: str, total: float, *, delay: float = 1.0):
+def delayed_progress(description: str, total: float, *, delay: float = 1.0) -> Iterator[Callable[[float], None]]:
     """Yield ``update(completed)``; a Rich bar appears only once the run has lasted ``delay`` s."""
     start = time.perf_counter()
     state: dict = {}
@@ -74,7 +78,7 @@ def delayed_progress(description: str, total: float, *, delay: float = 1.0):
 def simulate(
     config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
-):
+) -> None:
     """Simulate the dynamics of a config and write a run folder."""
     from . import __version__
     from . import simulate as run_simulation
@@ -141,7 +145,7 @@ def simulate(
     console.print(f"wrote {out} ({traj.stats['steps']} steps, {traj.stats['nfev']} evaluations, {wall:.2f} s)")
 
 
-def model_from_run(run: dict):
+def model_from_run(run: dict) -> Model:
     """Rebuild the Model of a run folder from its resolved config and stored weights."""
     from . import FeedForward, Model, Weights
 
@@ -154,7 +158,7 @@ def model_from_run(run: dict):
 
 
 @app.command()
-def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]):
+def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]) -> None:
     """Analyse a run folder: regime, limits, attention structure; writes RUN_DIR/analysis.json."""
     import torch
     from rich.table import Table
@@ -200,7 +204,7 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
 
 
 @app.command("list")
-def list_claims():
+def list_claims() -> None:
     """List the claims that `attndyn reproduce` checks, with their paper references."""
     from rich.table import Table
 
@@ -221,12 +225,21 @@ def reproduce(
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes: every claim in a few minutes on a laptop.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("report"),
     seed: Annotated[int, typer.Option("--seed", help="Base seed of every claim.")] = 0,
-):
+    device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
+) -> None:
     """Run the claims of the paper and write DIR/index.html and DIR/results.json."""
+    from .config import ConfigError, resolve_device
     from .experiments import EXPERIMENTS, load
     from .experiments.runner import run_claim
     from .report import ReportError, build
 
+    if dtype not in ("float64", "float32"):
+        fail(f"--dtype {dtype!r} is not float64 or float32")
+    try:
+        resolve_device(device)
+    except ConfigError as err:
+        fail(f"--device: {err}")
     chosen = list(claims) if claims else list(EXPERIMENTS)
     unknown = [c for c in chosen if c not in EXPERIMENTS]
     if unknown:
@@ -251,7 +264,7 @@ def reproduce(
         task = bar.add_task("reproduce", total=len(chosen))
         for cid in chosen:
             bar.update(task, description=f"reproduce: {cid}")
-            record = run_claim(cid, load(cid), runs / cid, seed=seed, quick=quick)
+            record = run_claim(cid, load(cid), runs / cid, seed=seed, quick=quick, device=device, dtype=dtype)
             verdicts[cid] = record["verdict"]
             bar.advance(task)
     try:
@@ -267,7 +280,7 @@ def reproduce(
 
 
 @app.command()
-def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]):
+def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]) -> None:
     """Rebuild DIR/index.html and DIR/results.json from the run folders, without recomputing."""
     from .experiments import EXPERIMENTS
     from .report import ReportError, build
@@ -289,7 +302,7 @@ def checkpoint(
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
     device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
-):
+) -> None:
     """Spectra of every head of a trained checkpoint, and the dynamics its weights drive vs its hidden states."""
     import torch
 

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 
 
-def as_points(points, name: str = "points") -> np.ndarray:
+def as_points(points: np.ndarray, name: str = "points") -> np.ndarray:
     """``(n, d)`` float64 array (a 1-D input is n points in d = 1); rejects empty or non-finite."""
     a = np.asarray(points, dtype=np.float64)
     if a.ndim == 1:
@@ -47,7 +47,7 @@ def _first_appearance(raw: np.ndarray) -> np.ndarray:
     return np.array([order[r] for r in raw], dtype=np.int64)
 
 
-def merge_heights(points) -> np.ndarray:
+def merge_heights(points: np.ndarray) -> np.ndarray:
     """Sorted single-linkage merge distances (n - 1 of them)."""
     a = as_points(points)
     if len(a) == 1:
@@ -55,7 +55,7 @@ def merge_heights(points) -> np.ndarray:
     return np.sort(linkage(a, method="single")[:, 2])
 
 
-def cluster_labels(points, *, tol: float) -> np.ndarray:
+def cluster_labels(points: np.ndarray, *, tol: float) -> np.ndarray:
     """Single-linkage clusters at distance ``tol``: points closer than ``tol`` (chained) share a label."""
     a = as_points(points)
     tol = _positive(tol)
@@ -64,7 +64,7 @@ def cluster_labels(points, *, tol: float) -> np.ndarray:
     return _first_appearance(fcluster(linkage(a, method="single"), t=tol, criterion="distance"))
 
 
-def cluster_count_profile(points, tols) -> np.ndarray:
+def cluster_count_profile(points: np.ndarray, tols: np.ndarray | None) -> np.ndarray:
     """Number of single-linkage clusters at each tolerance in ``tols``."""
     h = merge_heights(points)
     tols = np.asarray(tols, dtype=np.float64)
@@ -84,7 +84,7 @@ class StableCount:
     scale: float
 
 
-def stable_cluster_count(points, *, rel_min: float = 1e-6, rel_max: float = 1.0) -> StableCount:
+def stable_cluster_count(points: np.ndarray, *, rel_min: float = 1e-6, rel_max: float = 1.0) -> StableCount:
     """The count that holds over the widest log-range of tolerances in ``[rel_min, rel_max] x diameter``.
 
     The window keeps the two unbounded ranges (every point its own cluster below the smallest
@@ -123,7 +123,7 @@ class MergeEvent:
     groups: tuple[tuple[int, ...], ...]
 
 
-def merge_events(ts, xs, *, tol: float) -> list[MergeEvent]:
+def merge_events(ts: np.ndarray, xs: np.ndarray, *, tol: float) -> list[MergeEvent]:
     """Merge events of single-linkage clusters (at ``tol``) along a trajectory ``xs`` ``(T, n, d)``."""
     ts = np.asarray(ts, dtype=np.float64)
     xs = np.asarray(xs.detach().cpu() if hasattr(xs, "detach") else xs, dtype=np.float64)

@@ -31,6 +31,7 @@ import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Literal, get_args
 
+import numpy as np
 import torch
 
 from .attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores
@@ -264,7 +265,7 @@ def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float,
     return P @ values
 
 
-def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, *, subtract_own: bool):
+def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, *, subtract_own: bool) -> torch.Tensor:
     """``sum_h sum_j A^h_ij V_h x_j`` with scores at ``xq`` and values at ``xb`` (``(*batch, n, d)``).
 
     With ``subtract_own`` the own value ``V_0 x_i`` is subtracted (the rescaled form, one head).
@@ -313,7 +314,7 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     return out
 
 
-def velocity(t: float, x, model: Model):
+def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray | torch.Tensor:
     """The vector field of ``model`` at time ``t`` and state ``x`` of shape ``(*batch, n, d)``.
 
     ``x`` may be a NumPy array (the result is then a NumPy array) or a tensor (a tensor of the
@@ -348,7 +349,7 @@ def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
     return _scores(xq, args.Q, args.K, scale, args.M), tuple(x.shape)
 
 
-def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
+def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
     """The attention matrix ``P`` of shape ``(*batch, heads, n, n)`` at state ``x`` and time ``t``.
 
     For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
@@ -359,7 +360,7 @@ def attention_matrix(model: Model, x, t: float = 0.0) -> torch.Tensor:
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
 
 
-def attention_logits(model: Model, x, t: float = 0.0) -> torch.Tensor:
+def attention_logits(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
     """The scaled scores ``beta <Q x_i, K x_j>`` of shape ``(*batch, heads, n, n)`` (``-inf`` where masked).
 
     For log-domain rates (1 - P underflows long before the logits lose precision, SPEC §4.2(f)).

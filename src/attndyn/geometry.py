@@ -36,7 +36,7 @@ AFFINE_RANK_RTOL = 1e-10
 EIG_RTOL = 1e-9
 
 
-def as_matrix(V, name: str = "V") -> np.ndarray:
+def as_matrix(V: np.ndarray, name: str = "V") -> np.ndarray:
     a = np.asarray(V.detach().cpu() if hasattr(V, "detach") else V)
     if a.dtype.kind == "c":
         raise TypeError(f"{name} has complex dtype {a.dtype}; a real matrix is needed.")
@@ -48,7 +48,7 @@ def as_matrix(V, name: str = "V") -> np.ndarray:
     return a
 
 
-def affine_coordinates(points) -> tuple[np.ndarray, np.ndarray]:
+def affine_coordinates(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Coordinates of the points in an orthonormal basis of their affine hull, and the basis."""
     a = as_points(points)
     centered = a - a.mean(0)
@@ -60,7 +60,7 @@ def affine_coordinates(points) -> tuple[np.ndarray, np.ndarray]:
     return centered @ basis, basis
 
 
-def hull_vertices(points) -> np.ndarray:
+def hull_vertices(points: np.ndarray) -> np.ndarray:
     """Sorted indices of the convex-hull vertices (one index per distinct vertex position)."""
     coords, _ = affine_coordinates(points)
     r = coords.shape[1]
@@ -73,7 +73,7 @@ def hull_vertices(points) -> np.ndarray:
     return np.unique(hull.vertices)
 
 
-def distance_to_vertices(points, vertices) -> np.ndarray:
+def distance_to_vertices(points: np.ndarray, vertices: np.ndarray) -> np.ndarray:
     """Distance from each point to the nearest of ``vertices`` (coordinates ``(k, d)``)."""
     a = as_points(points)
     v = as_points(vertices, "vertices")
@@ -82,7 +82,7 @@ def distance_to_vertices(points, vertices) -> np.ndarray:
     return np.linalg.norm(a[:, None, :] - v[None, :, :], axis=-1).min(1)
 
 
-def support_function(points, directions) -> np.ndarray:
+def support_function(points: np.ndarray, directions: np.ndarray) -> np.ndarray:
     """h_u = max_i <u, x_i> for each direction; ``points`` ``(..., n, d)``, result ``(..., k)``."""
     p = np.asarray(points.detach().cpu() if hasattr(points, "detach") else points, dtype=np.float64)
     u = np.asarray(directions, dtype=np.float64)
@@ -104,7 +104,7 @@ def _eig_sorted(V):
     return w[order], vl[:, order], vr[:, order]
 
 
-def top_eigen_status(V) -> tuple[bool, str]:
+def top_eigen_status(V: np.ndarray) -> tuple[bool, str]:
     """Whether the eigenvalue of largest modulus is real, positive and simple, with the reason if not."""
     a = as_matrix(V)
     w = np.linalg.eigvals(a)
@@ -120,7 +120,7 @@ def top_eigen_status(V) -> tuple[bool, str]:
     return True, f"lambda_1 = {lam.real:.4g} is real, positive, simple and strictly dominant (next |lambda| = {abs(w[1]) if len(w) > 1 else 0:.4g})"
 
 
-def left_eigenvector(V) -> tuple[np.ndarray, float, np.ndarray]:
+def left_eigenvector(V: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
     """``(phi_star, lambda_1, phi)``: phi unit-norm right eigenvector (largest entry positive), phi_star(phi) = 1."""
     a = as_matrix(V)
     ok, why = top_eigen_status(a)
@@ -136,7 +136,7 @@ def left_eigenvector(V) -> tuple[np.ndarray, float, np.ndarray]:
     return phi_star, float(w[0].real), phi
 
 
-def hyperplane_coordinates(z, V) -> np.ndarray:
+def hyperplane_coordinates(z: np.ndarray, V: np.ndarray) -> np.ndarray:
     """c_i = phi_star(z_i) for z ``(..., n, d)``: constant on the hyperplanes of Thm 4.2."""
     phi_star, _, _ = left_eigenvector(V)
     zz = np.asarray(z.detach().cpu() if hasattr(z, "detach") else z, dtype=np.float64)
@@ -145,7 +145,7 @@ def hyperplane_coordinates(z, V) -> np.ndarray:
     return zz @ phi_star
 
 
-def invariant_split(V, select) -> tuple[np.ndarray, np.ndarray]:
+def invariant_split(V: np.ndarray, select: str) -> tuple[np.ndarray, np.ndarray]:
     """Orthonormal bases of the invariant subspaces of the eigenvalues with ``select(re, im)`` true / false."""
     a = as_matrix(V)
     _, Z1, k = sla.schur(a, output="real", sort=lambda re, im: bool(select(re, im)))
@@ -153,7 +153,7 @@ def invariant_split(V, select) -> tuple[np.ndarray, np.ndarray]:
     return Z1[:, :k], Z2[:, :k2]
 
 
-def unstable_projection(z, V) -> np.ndarray:
+def unstable_projection(z: np.ndarray, V: np.ndarray) -> np.ndarray:
     """Coordinates ``(..., n, k)`` of z in the unstable invariant subspace (Re lambda > 0), projected along the rest."""
     a = as_matrix(V)
     U, S = invariant_split(a, lambda re, im: re > 0)
@@ -181,7 +181,7 @@ class ParanormalSplit:
         return self.F.shape[1]
 
 
-def paranormal_split(V) -> ParanormalSplit | None:
+def paranormal_split(V: np.ndarray) -> ParanormalSplit | None:
     """Def. 5.1 (ii) for V, or ``None`` when V is not paranormal."""
     a = as_matrix(V)
     d = a.shape[0]

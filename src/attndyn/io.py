@@ -51,7 +51,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
-def write_json(path: str | Path, obj) -> Path:
+def write_json(path: str | Path, obj: object) -> Path:
     return atomic_write_text(path, json.dumps(finite_json(obj), indent=2, sort_keys=False, default=_jsonable, allow_nan=False) + "\n")
 
 

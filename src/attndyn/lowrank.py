@@ -24,7 +24,7 @@ from scipy.special import logsumexp
 ROW_SUM_TOL = 1e-8
 
 
-def as_stochastic(P, name: str = "P") -> np.ndarray:
+def as_stochastic(P: np.ndarray, name: str = "P") -> np.ndarray:
     a = np.asarray(P.detach().cpu() if hasattr(P, "detach") else P, dtype=np.float64)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or a.shape[-1] == 0:
         raise ValueError(f"{name} must be a square (n, n) matrix or a stack of them; got shape {a.shape}.")
@@ -45,23 +45,23 @@ def _tol(tol) -> float:
     return tol
 
 
-def boolean_distance(P) -> float:
+def boolean_distance(P: np.ndarray) -> float:
     a = as_stochastic(P)
     return float(np.minimum(a, 1 - a).max())
 
 
-def nearest_boolean(P) -> np.ndarray:
+def nearest_boolean(P: np.ndarray) -> np.ndarray:
     return (as_stochastic(P) > 0.5).astype(np.float64)
 
 
-def numerical_rank(P, *, tol: float) -> int:
+def numerical_rank(P: np.ndarray, *, tol: float) -> int:
     a = as_stochastic(P)
     if a.ndim != 2:
         raise ValueError(f"numerical_rank takes one (n, n) matrix; got shape {a.shape}.")
     return int((np.linalg.svd(a, compute_uv=False) > _tol(tol)).sum())
 
 
-def leaders(P, *, tol: float) -> np.ndarray:
+def leaders(P: np.ndarray, *, tol: float) -> np.ndarray:
     """The non-zero columns of P's Boolean part: columns j with P_ij > 1 - tol for some row i."""
     a = as_stochastic(P)
     if a.ndim != 2:
@@ -69,7 +69,7 @@ def leaders(P, *, tol: float) -> np.ndarray:
     return np.flatnonzero((a > 1 - _tol(tol)).any(axis=0))
 
 
-def support_columns(P, *, tol: float) -> np.ndarray:
+def support_columns(P: np.ndarray, *, tol: float) -> np.ndarray:
     """Columns with some entry above ``tol`` (the authors' "non-zero columns", threshold 1e-4 in F-leaders)."""
     a = as_stochastic(P)
     if a.ndim != 2:
@@ -77,14 +77,14 @@ def support_columns(P, *, tol: float) -> np.ndarray:
     return np.flatnonzero(a.max(axis=0) > _tol(tol))
 
 
-def exceptional_rows(P, *, tol: float) -> np.ndarray:
+def exceptional_rows(P: np.ndarray, *, tol: float) -> np.ndarray:
     a = as_stochastic(P)
     if a.ndim != 2:
         raise ValueError(f"exceptional_rows takes one (n, n) matrix; got shape {a.shape}.")
     return np.flatnonzero(np.minimum(a, 1 - a).max(axis=-1) > _tol(tol))
 
 
-def leader_log_gap(L) -> np.ndarray:
+def leader_log_gap(L: np.ndarray) -> np.ndarray:
     """``-log(1 - P_{i, lead(i)})`` per row from logits ``L`` (``(..., n, n)``, ``-inf`` allowed where masked).
 
     ``lead(i)`` is the argmax of row i. Computed as logsumexp(L_i) - logsumexp(L_i without lead).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def finite_json(obj):
+def finite_json(obj: object) -> object:
     """A copy of ``obj`` that JSON can hold: NumPy scalars to Python, non-finite floats to strings."""
     if isinstance(obj, dict):
         return {k: finite_json(v) for k, v in obj.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -25,7 +26,7 @@ from .io import atomic_write_bytes
 STYLE = {"font.size": 11, "axes.titlesize": 12, "figure.dpi": 100}
 
 
-def styled(fn):
+def styled(fn: Callable) -> Callable:
     """Run a figure function under the module's style."""
 
     @functools.wraps(fn)
@@ -49,7 +50,7 @@ def _cmap(name: str):
     return matplotlib.colormaps[name]
 
 
-def save(fig, path: str | Path, *, dpi: int = 120) -> Path:
+def save(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return atomic_write_bytes(path, buf.getvalue())
@@ -63,7 +64,7 @@ def principal_axes(points: np.ndarray, k: int = 2) -> np.ndarray:
 
 
 @styled
-def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: str = "x"):
+def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: str = "x") -> Figure:
     """Token paths: ``xs`` of shape ``(T, n, d)`` (a batch shows its first member).
 
     d = 1: coordinate against time; d = 2, 3: paths in space (start o, end filled); d > 3: paths
@@ -132,7 +133,7 @@ def _hull_edges_3d(points: np.ndarray):
 
 
 @styled
-def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=None):
+def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: str = "z", limit_points: np.ndarray | None = None) -> Figure:
     """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the limit polytope (solid)."""
     zs = np.asarray(zs)
     d = zs.shape[-1]
@@ -167,7 +168,7 @@ def paths_with_hulls(ts, zs, *, title: str, variable: str = "z", limit_points=No
 
 
 @styled
-def coordinates_vs_time(ts, c, *, levels: dict, ylabel: str, title: str):
+def coordinates_vs_time(ts: np.ndarray, c: np.ndarray, *, levels: dict, ylabel: str, title: str) -> Figure:
     """Scalar coordinates c_i(t) (``(T, n)``) against t, with horizontal reference lines."""
     fig, ax = _subplots(figsize=(6.5, 4))
     c = np.asarray(c)
@@ -184,7 +185,7 @@ def coordinates_vs_time(ts, c, *, levels: dict, ylabel: str, title: str):
 
 
 @styled
-def attention_heatmaps(Ps, times, ranks, *, tol: float, title: str):
+def attention_heatmaps(Ps: list[np.ndarray], times: np.ndarray, ranks: list[int], *, tol: float, title: str) -> Figure:
     """P at several times, each titled with its numerical rank at the explicit tolerance."""
     k = len(Ps)
     fig, axes = _subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
@@ -199,7 +200,7 @@ def attention_heatmaps(Ps, times, ranks, *, tol: float, title: str):
 
 
 @styled
-def distance_log(ts, dist, *, ylabel: str, title: str, fit=None, floor: float = 1e-300):
+def distance_log(ts: np.ndarray, dist: np.ndarray, *, ylabel: str, title: str, fit: dict | None = None, floor: float = 1e-300) -> Figure:
     """A distance on a log scale against t, with an optional fitted exponential rate."""
     fig, ax = _subplots(figsize=(6, 4))
     dist = np.asarray(dist, float)
@@ -217,7 +218,7 @@ def distance_log(ts, dist, *, ylabel: str, title: str, fit=None, floor: float = 
 
 
 @styled
-def counts_vs_time(ts, counts: dict, *, ylabel: str, title: str, logx: bool = False):
+def counts_vs_time(ts: np.ndarray, counts: dict, *, ylabel: str, title: str, logx: bool = False) -> Figure:
     """Cluster counts (or other integer series) against t; ``counts`` maps a label to a series."""
     fig, ax = _subplots(figsize=(6, 4))
     for label, series in counts.items():
@@ -233,7 +234,7 @@ def counts_vs_time(ts, counts: dict, *, ylabel: str, title: str, logx: bool = Fa
 
 
 @styled
-def loglog(ts, series: dict, *, ylabel: str, title: str, slopes: dict | None = None):
+def loglog(ts: np.ndarray, series: dict, *, ylabel: str, title: str, slopes: dict | None = None) -> Figure:
     fig, ax = _subplots(figsize=(6, 4))
     for label, y in series.items():
         ax.loglog(ts, y, lw=1.5, label=label)
@@ -247,7 +248,7 @@ def loglog(ts, series: dict, *, ylabel: str, title: str, slopes: dict | None = N
 
 
 @styled
-def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
+def eigen_coordinates(ts: np.ndarray, coords: np.ndarray, eigenvalues: np.ndarray, *, title: str) -> Figure:
     """Coordinates of the tokens along the eigen-directions of a symmetric V (high-dimensional figure).
 
     Left: directions with positive eigenvalue (the conjecture predicts convergence), mean +- std over
@@ -284,7 +285,9 @@ def eigen_coordinates(ts, coords, eigenvalues, *, title: str):
 
 
 @styled
-def write_gif(path, setup, update, n_frames: int, *, figsize=(4.5, 4.5), fps: int = 8, dpi: int = 72) -> Path:
+def write_gif(
+    path: str | Path, setup: Callable, update: Callable, n_frames: int, *, figsize: tuple[float, float] = (4.5, 4.5), fps: int = 8, dpi: int = 72
+) -> Path:
     """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
 
     Artists are created once and updated per frame (rebuilding axes per frame is ~10x slower).
@@ -313,7 +316,7 @@ def frame_indices(T: int, n_frames: int = 30) -> np.ndarray:
 
 
 @styled
-def points_movie(path, ts, zs, *, title: str, variable: str = "z"):
+def points_movie(path: str | Path, ts: np.ndarray, zs: np.ndarray, *, title: str, variable: str = "z") -> Path:
     """Tokens moving in 2-D or 3-D (with the current convex hull in 2-D)."""
     zs = np.asarray(zs)
     idx = frame_indices(len(ts))
@@ -356,7 +359,7 @@ def points_movie(path, ts, zs, *, title: str, variable: str = "z"):
 
 
 @styled
-def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
+def heatmap_movie(path: str | Path, ts: np.ndarray, Ps: list[np.ndarray], ranks: list[int], *, tol: float, title: str) -> Path:
     idx = frame_indices(len(ts))
 
     def setup(fig):
@@ -375,7 +378,7 @@ def heatmap_movie(path, ts, Ps, ranks, *, tol: float, title: str):
 
 
 @styled
-def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4):
+def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4) -> Figure:
     """Eigenvalues in the complex plane, one panel per head (as in the paper's ALBERT figure)."""
     k = len(eigs)
     rows = math.ceil(k / cols)

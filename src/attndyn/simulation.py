@@ -58,7 +58,7 @@ class Trajectory:
         return to_numpy(self.ts), to_numpy(self.xs)
 
 
-def prepare_state(model: Model, x0) -> torch.Tensor:
+def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
     """Validate ``x0`` against the model and convert it to a tensor (NumPy float64 stays float64)."""
     x = as_float_tensor(x0, "x0")
     if x.ndim < 2:
@@ -76,8 +76,8 @@ def prepare_state(model: Model, x0) -> torch.Tensor:
 
 def simulate(
     model: Model,
-    x0,
-    ts,
+    x0: np.ndarray | torch.Tensor,
+    ts: np.ndarray | torch.Tensor | list[float],
     *,
     solver: Tableau,
     step: FixedStep | AdaptiveStep,
@@ -134,7 +134,7 @@ def simulate(
     )
 
 
-def residual_layers(model: Model, x0, layers: int, *, step_size: float) -> Trajectory:
+def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float) -> Trajectory:
     """The discrete-time Transformer (SPEC §1.4, eq. e:discreteequation).
 
     ``x^{k+1} = x^k + dt * v(x^k)`` with ``v`` the model's (non-rescaled) vector field. For a

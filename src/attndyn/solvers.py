@@ -66,7 +66,7 @@ def _tree_density(tree: tuple) -> int:
     return out
 
 
-def order_conditions_failed(c, a, b, order: int) -> list[str]:
+def order_conditions_failed(c: tuple[float, ...], a: tuple[tuple[float, ...], ...], b: tuple[float, ...], order: int) -> list[str]:
     """The Butcher order conditions ``b . Phi(t) = 1/gamma(t)`` violated for trees up to ``order``.
 
     Each failed tree is named by its size and index; an empty list means every condition holds.
@@ -229,7 +229,9 @@ Field = Callable[[float, torch.Tensor], torch.Tensor]
 ArgsField = Callable[[float, torch.Tensor, Any], torch.Tensor]
 
 
-def rk_step(f: Field, t: float, x: torch.Tensor, dt: float, tableau: Tableau, k1: torch.Tensor | None = None):
+def rk_step(
+    f: Field, t: float, x: torch.Tensor, dt: float, tableau: Tableau, k1: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, int]:
     """One explicit RK step. Returns ``(x_new, err, k_last, nfev)``.
 
     ``err`` is the embedded error estimate (``None`` without one); ``k_last`` is the last stage
@@ -301,7 +303,7 @@ class Solution:
     observed: torch.Tensor | None = None
 
 
-def save_times(ts) -> list[float]:
+def save_times(ts: np.ndarray | torch.Tensor | list[float]) -> list[float]:
     """Validate save times: a non-empty, finite, strictly increasing 1-D sequence."""
     arr = np.asarray(ts.detach().cpu() if isinstance(ts, torch.Tensor) else ts, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
@@ -320,7 +322,7 @@ def _is_finite(x: torch.Tensor) -> bool:
 def integrate(
     f: ArgsField,
     x0: torch.Tensor,
-    ts,
+    ts: np.ndarray | torch.Tensor | list[float],
     args: Any = None,
     *,
     solver: Tableau,

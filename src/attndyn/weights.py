@@ -24,7 +24,7 @@ import torch
 SIGMAS = ("relu", "tanh", "identity")
 
 
-def as_float_tensor(value, name: str) -> torch.Tensor:
+def as_float_tensor(value: np.ndarray | torch.Tensor | list | float, name: str) -> torch.Tensor:
     """Convert an array-like to a floating torch tensor, rejecting integer/complex/non-finite."""
     if isinstance(value, torch.Tensor):
         t = value
@@ -44,7 +44,7 @@ def as_float_tensor(value, name: str) -> torch.Tensor:
     return t
 
 
-def to_numpy(a) -> np.ndarray:
+def to_numpy(a: np.ndarray | torch.Tensor | list | float) -> np.ndarray:
     """A host float64 NumPy array from a tensor (any device, gradients detached) or an array-like.
 
     The one boundary between the torch engine and the NumPy analysis modules.

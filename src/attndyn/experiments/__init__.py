@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 EXPERIMENTS = {
     "model-equivalence": "model_equivalence",
@@ -31,6 +32,6 @@ EXPERIMENTS = {
 }
 
 
-def load(claim_id: str):
+def load(claim_id: str) -> ModuleType:
     """The module of a claim id (raises KeyError for an unknown id)."""
     return importlib.import_module(f"{__name__}.{EXPERIMENTS[claim_id]}")

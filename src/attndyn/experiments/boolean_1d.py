@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import attndyn as ad
@@ -46,7 +48,7 @@ def run(config: Config) -> Result:
         model = ad.Model(ad.Weights(np.eye(1), np.array([[q]]), np.array([[v]])), rescaled=True)
         for n in config.ns:
             x0 = rng.uniform(-1, 1, (config.seeds, n, 1))
-            ts, zs = simulate_batch(model, x0, T, dt=1.0 / (v * config.steps_per_unit), saves=141)
+            ts, zs = simulate_batch(model, x0, T, dt=1.0 / (v * config.steps_per_unit), saves=141, engine=config)
             k10 = np.searchsorted(ts, 10.0 / v - 1e-9)
             window = (ts >= 8.0 / v) & (ts <= 14.0 / v)
             # (f) -log(1 - P_{i,lead}) ~ c e^{v t}: slope of its log over t in [8/v, 14/v], all seeds at once
@@ -128,7 +130,7 @@ def figures(result: Result) -> dict:
     return figs
 
 
-def movies(result: Result, folder) -> list:
+def movies(result: Result, folder: Path) -> list:
     ts, Ps = _attention_series(result)
     sel = ts <= 10.0 / result.info["v"] + 1e-9
     ranks = [lowrank.numerical_rank(P, tol=RANK_TOL) for P in Ps]

@@ -45,7 +45,7 @@ def run(config: Config) -> Result:
         Q, K = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
         model = ad.Model(ad.Weights(Q, K, V), rescaled=True)
         T = config.T if name == "Vc" else min(config.T, 40.0)
-        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 3)), T, dt=config.dt, saves=161)
+        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 3)), T, dt=config.dt, saves=161, engine=config)
         u = geometry.unstable_projection(zs, V)  # (T, S, n, k)
         k5 = np.searchsorted(ts, T - 5.0)
         scale = np.abs(u[-1]).max()
@@ -60,7 +60,7 @@ def run(config: Config) -> Result:
             arrays["ts"], arrays["u"] = ts, u[:, 0]
     # The literal statement with V = I (k = d = 2): at most 3 limit points would be required.
     model = ad.Model(ad.Weights.identity(2), rescaled=True)
-    _, zs = simulate_batch(model, rng.uniform(-5, 5, (config.identity_seeds, 20, 2)), 10.0, dt=0.01, saves=11)
+    _, zs = simulate_batch(model, rng.uniform(-5, 5, (config.identity_seeds, 20, 2)), 10.0, dt=0.01, saves=11, engine=config)
     counts = np.array([clusters.cluster_count_profile(zs[-1, s], [1e-2])[0] for s in range(config.identity_seeds)])
     checks["V = I, d = 2, n = 20: fraction of seeds with more than 3 limit points (literal reading fails)"] = report(
         np.mean(counts > 3), f"counts from {counts.min()} to {counts.max()}"

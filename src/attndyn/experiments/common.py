@@ -13,6 +13,7 @@ for claims of kind ``report`` the verdict is ``report`` whatever the checks say.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -22,8 +23,17 @@ import attndyn as ad
 
 
 class ExperimentConfig(BaseModel):
+    """Every claim's config: ``seed`` (required), and where the batched simulations run.
+
+    ``device``/``dtype`` move the claim's batched runs (:func:`simulate_batch`) to a GPU or to
+    float32. The checks' thresholds are float64's: a float32 run is allowed, and its verdicts say
+    what float32 reaches. Small auxiliary runs (exact-identity checks) stay on the host in float64.
+    """
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int
+    device: str = "cpu"
+    dtype: Literal["float64", "float32"] = "float64"
 
 
 @dataclass(frozen=True)
@@ -46,22 +56,22 @@ class Check:
     note: str = ""
 
 
-def at_most(value, limit, note: str = "") -> Check:
+def at_most(value: float, limit: float, note: str = "") -> Check:
     value = float(value)
     return Check(value, f"<= {limit:g}", bool(value <= limit), note)
 
 
-def at_least(value, limit, note: str = "") -> Check:
+def at_least(value: float, limit: float, note: str = "") -> Check:
     value = float(value)
     return Check(value, f">= {limit:g}", bool(value >= limit), note)
 
 
-def within(value, lo, hi, note: str = "") -> Check:
+def within(value: float, lo: float, hi: float, note: str = "") -> Check:
     value = float(value)
     return Check(value, f"in [{lo:g}, {hi:g}]", bool(lo <= value <= hi), note)
 
 
-def report(value, note: str = "") -> Check:
+def report(value: float, note: str = "") -> Check:
     return Check(float(value), "(reported)", None, note)
 
 
@@ -81,8 +91,23 @@ class Result:
         return "pass" if judged and all(judged) else "fail"
 
 
-def simulate_batch(model, x0, t1: float, *, dt: float | None = None, saves: int = 101, rtol: float = 1e-8, atol: float = 1e-10):
-    """Simulate a batch ``x0`` ``(S, n, d)`` to ``t1``; RK4 with ``dt`` or adaptive Dopri5. Returns (ts, xs numpy)."""
+def simulate_batch(
+    model: ad.Model,
+    x0: np.ndarray,
+    t1: float,
+    *,
+    dt: float | None = None,
+    saves: int = 101,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    engine: ExperimentConfig | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simulate a batch ``x0`` ``(S, n, d)`` to ``t1``; RK4 with ``dt`` or adaptive Dopri5. Returns (ts, xs numpy).
+
+    ``engine`` (the claim's config) says on which device and in which dtype to integrate.
+    """
+    if engine is not None:
+        x0 = torch.as_tensor(np.asarray(x0, dtype=np.float64)).to(device=engine.device, dtype=getattr(torch, engine.dtype))
     if dt is not None:
         steps = round(t1 / dt)
         every = max(1, steps // (saves - 1))
@@ -97,7 +122,7 @@ def simulate_batch(model, x0, t1: float, *, dt: float | None = None, saves: int 
     return traj.numpy()
 
 
-def fraction(flags) -> float:
+def fraction(flags: np.ndarray) -> float:
     flags = np.asarray(flags, dtype=bool)
     return float(flags.mean()) if flags.size else 0.0
 
@@ -106,5 +131,5 @@ def unit_rows(a: np.ndarray) -> np.ndarray:
     return a / np.linalg.norm(a, axis=-1, keepdims=True)
 
 
-def tensor(a) -> torch.Tensor:
+def tensor(a: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a, dtype=np.float64))

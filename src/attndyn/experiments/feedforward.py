@@ -49,7 +49,7 @@ def run(config: Config) -> Result:
         W = np.eye(2) if wkind == "identity" else rng.normal(size=(2, 2)) / np.sqrt(2)
         model = ad.Model(ad.Weights(np.eye(2), np.eye(2), V2, ad.FeedForward(W, sigma)), rescaled=True)
         z0 = rng.uniform(-5, 5, (config.seeds, config.n, 2))
-        ts, zs = simulate_batch(model, z0, config.T, dt=config.dt, saves=151)
+        ts, zs = simulate_batch(model, z0, config.T, dt=config.dt, saves=151, engine=config)
         c = zs[-1] @ phi_star
         counts = [clusters.cluster_count_profile(c[s], [1e-3])[0] for s in range(config.seeds)]
         shrink = np.abs(zs[-1]).max((1, 2)) / np.abs(z0).max((1, 2))

@@ -40,7 +40,7 @@ def run(config: Config) -> Result:
     rng = np.random.default_rng(config.seed)
     model = ad.Model(ad.Weights.identity(2), beta=math.inf, rescaled=True)
     z0 = rng.uniform(-5, 5, (config.seeds, config.n, 2))
-    ts, zs = simulate_batch(model, z0, config.T, dt=config.dt, saves=51)
+    ts, zs = simulate_batch(model, z0, config.T, dt=config.dt, saves=51, engine=config)
     drift, line_err, collinear, ratio_err, fixed_total = [], [], [], [], 0
     for s in range(config.seeds):
         z = z0[s]
@@ -68,7 +68,7 @@ def run(config: Config) -> Result:
     devs = []
     for beta in (2.0, 8.0, 32.0):
         finite = ad.Model(ad.Weights.identity(2), beta=beta, rescaled=True)
-        tf, zf = simulate_batch(finite, z0[:4], 1.0, dt=config.dt, saves=11)
+        tf, zf = simulate_batch(finite, z0[:4], 1.0, dt=config.dt, saves=11, engine=config)
         devs.append(np.linalg.norm(zf - zs[: len(tf), :4], axis=-1)[:, clear].max())
     checks = {
         "self-argmax tokens (cell vertices) stationary: max drift": at_most(max(drift), 1e-13),

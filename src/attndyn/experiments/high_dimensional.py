@@ -37,7 +37,7 @@ class Config(ExperimentConfig):
 QUICK = {"d": 64, "n": 64, "T": 10.0}
 
 
-def spectrum(d: int, rng) -> np.ndarray:
+def spectrum(d: int, rng: np.random.Generator) -> np.ndarray:
     """Eigenvalues of the authors' construction (symmetric, so eigh is exact and V = Phi diag Phi^T)."""
     M = rng.normal(size=(d, d)) * (rng.random((d, d)) < 0.1)
     w = np.linalg.eigvalsh((M + M.T) / 2)
@@ -55,7 +55,7 @@ def run(config: Config) -> Result:
     Phi = np.linalg.qr(M)[0]
     x0 = rng.uniform(-0.5, 0.5, (config.n, config.d)) @ Phi
     model = ad.Model(ad.Weights(np.eye(config.d), np.eye(config.d), np.diag(w)), rescaled=True)
-    ts, zs = simulate_batch(model, x0[None], config.T, dt=config.dt, saves=int(config.T / config.dt) + 1)
+    ts, zs = simulate_batch(model, x0[None], config.T, dt=config.dt, saves=int(config.T / config.dt) + 1, engine=config)
     z = zs[:, 0]
     pos, neg = w > 0, w < 0
     last_step = np.abs(z[-1] - z[-2])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import scipy.linalg as sla
 
@@ -42,7 +44,7 @@ QUICK = {"seeds": 8, "n": 16, "cases": ["V2", "V3a", "perron2", "V2-indefinite-Q
 LIMIT_TOL = 1e-3
 
 
-def case(name: str, rng):
+def case(name: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """(V, Q^T K, T-key) of a named case."""
     if name == "V2":
         return np.array(V2), np.eye(2), "T_V2"
@@ -76,7 +78,7 @@ def run(config: Config) -> Result:
         fails["regime"].append(spectra.regime(model.weights).name != "hyperplanes")
         # Fixed-step RK4 (SPEC §4.0 reference): with V3a the argmax inside a cluster chatters as the complex pair
         # rotates (logit gaps ~e^{lambda_1 t} against cross terms ~e^{0.94 t}), and adaptive steps collapse to ~1e-9 near t = 33.
-        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, d)), T, dt=config.dt, saves=int(T * 4) + 1)
+        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, d)), T, dt=config.dt, saves=int(T * 4) + 1, engine=config)
         c = zs @ phi_star  # (T, S, n)
         k1 = np.searchsorted(ts, T - 1.0)
         tol = 1e-10 * 5
@@ -143,7 +145,7 @@ def figures(result: Result) -> dict:
     return figs
 
 
-def movies(result: Result, folder) -> list:
+def movies(result: Result, folder: Path) -> list:
     if "z_V2" not in result.arrays:
         return []
     return [plots.points_movie(folder / "hyperplanes_V2.gif", result.arrays["ts_V2"], result.arrays["z_V2"], title="Thm 4.2, V2")]

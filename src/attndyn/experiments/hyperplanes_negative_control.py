@@ -38,7 +38,7 @@ def run(config: Config) -> Result:
     rng = np.random.default_rng(config.seed)
     V = np.array([[config.a, -config.b], [config.b, config.a]])
     model = ad.Model(ad.Weights.from_value(V), rescaled=True)
-    ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 2)), config.T, dt=config.dt, saves=151)
+    ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 2)), config.T, dt=config.dt, saves=151, engine=config)
     k1 = np.searchsorted(ts, config.T - 1.0)
     moved = np.linalg.norm(zs[-1] - zs[k1], axis=-1).max(-1)
     counts = [clusters.cluster_count_profile(zs[-1, s], [1e-3])[0] for s in range(config.seeds)]

@@ -36,7 +36,7 @@ class Config(ExperimentConfig):
 QUICK: dict = {}
 
 
-def field_mean(Q, K, V, support, x):
+def field_mean(Q: np.ndarray, K: np.ndarray, V: np.ndarray, support: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The mean-field vector field X[mu](x) of e:vectorfield for the empirical measure on ``support``, at points x."""
     logits = (x @ Q.T) @ (support @ K.T).T
     w = np.exp(logits - logits.max(1, keepdims=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import attndyn as ad
@@ -41,7 +43,7 @@ BOOLEAN_TOL = 1e-8
 MONOTONE_RTOL = 1e-10
 
 
-def qk_matrix(form: str, d: int, rng) -> np.ndarray:
+def qk_matrix(form: str, d: int, rng: np.random.Generator) -> np.ndarray:
     if form == "identity":
         return np.eye(d)
     G = rng.normal(size=(d, d))
@@ -61,7 +63,7 @@ def run(config: Config) -> Result:
                     model = ad.Model(ad.Weights(np.eye(d), B, np.eye(d)), rescaled=True)
                     z0 = rng.uniform(-scale, scale, (config.seeds, n, d))
                     T = T_FOR_SCALE.get(scale, 10.0)
-                    ts, zs = simulate_batch(model, z0, T, dt=config.dt, saves=int(T) * 10 + 1)
+                    ts, zs = simulate_batch(model, z0, T, dt=config.dt, saves=int(T) * 10 + 1, engine=config)
                     u = geometry.random_directions(d, config.directions, rng)
                     A = np.linalg.cholesky(B).T  # <Au, Av> = u^T B v
                     for s in range(config.seeds):
@@ -146,7 +148,7 @@ def figures(result: Result) -> dict:
     return figs
 
 
-def movies(result: Result, folder) -> list:
+def movies(result: Result, folder: Path) -> list:
     out = []
     for d in (2, 3):
         ex = _example(result, d)

@@ -40,7 +40,7 @@ def run(config: Config) -> Result:
         B = rng.uniform(-1, 1, (config.d, config.d))
         indefinite += int(np.linalg.eigvalsh((B + B.T) / 2).min() < 0)
         model = ad.Model(ad.Weights(np.eye(config.d), B, np.eye(config.d)), rescaled=True)
-        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (1, config.n, config.d)), config.T, rtol=1e-8, atol=1e-10, saves=81)
+        ts, zs = simulate_batch(model, rng.uniform(-5, 5, (1, config.n, config.d)), config.T, rtol=1e-8, atol=1e-10, saves=81, engine=config)
         z = zs[:, 0]
         counts.append(clusters.cluster_count_profile(z[-1], [5e-3])[0])
         speeds.append(float(np.abs(ad.velocity(config.T, tensor(z[-1]), model).numpy()).max()))

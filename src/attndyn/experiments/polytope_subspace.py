@@ -37,7 +37,7 @@ QUICK = {"seeds": 10}
 VERTEX_TOL = 1e-3
 
 
-def case(name):
+def case(name: str) -> tuple[np.ndarray, int]:
     if name == "diag(1,1,-0.5)":
         return np.diag([1.0, 1.0, -0.5]), 10.0
     if name == "diag(2,2,1,-1)":
@@ -45,7 +45,7 @@ def case(name):
     raise ValueError(f"unknown case {name!r}")
 
 
-def spd_respecting(d, p, rng):
+def spd_respecting(d: int, p: int, rng: np.random.Generator) -> np.ndarray:
     """An SPD Q^T K that is block-diagonal for F (+) G = R^p (+) R^{d-p}."""
     G = rng.normal(size=(d, d))
     A = np.eye(d) + 0.3 * G @ G.T / d
@@ -54,7 +54,7 @@ def spd_respecting(d, p, rng):
     return A @ A
 
 
-def measure(V, B, zs, ts, rng, scale):
+def measure(V: np.ndarray, B: np.ndarray, zs: np.ndarray, ts: np.ndarray, rng: np.random.Generator, scale: float) -> dict:
     split = geometry.paranormal_split(V)
     f = np.linalg.lstsq(split.F, (zs @ split.pi_F.T).reshape(-1, len(V)).T, rcond=None)[0].T.reshape(*zs.shape[:-1], split.dim_F)
     u = geometry.random_directions(split.dim_F, 100, rng)
@@ -70,7 +70,7 @@ def measure(V, B, zs, ts, rng, scale):
     return mono, far, off, g_growth, f
 
 
-def boundary_distance(points):
+def boundary_distance(points: np.ndarray) -> np.ndarray:
     """Distance of each point to the boundary of the convex hull of ``points`` (0 for points on it)."""
     from scipy.spatial import ConvexHull
 
@@ -91,7 +91,7 @@ def run(config: Config) -> Result:
         for form in ("identity", "spd"):
             B = np.eye(d) if form == "identity" else spd_respecting(d, p, rng)
             model = ad.Model(ad.Weights(np.eye(d), B, V), rescaled=True)
-            ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, d)), T, dt=config.dt, saves=int(T * 10) + 1)
+            ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, d)), T, dt=config.dt, saves=int(T * 10) + 1, engine=config)
             m, fa, of, g, f = measure(V, B, zs, ts, rng, 5.0)
             mono += m
             far += fa
@@ -105,7 +105,7 @@ def run(config: Config) -> Result:
     G = rng.normal(size=(3, 3))
     A = np.eye(3) + 0.3 * G @ G.T / 3
     model = ad.Model(ad.Weights(np.eye(3), A @ A, V), rescaled=True)
-    ts2, zs2 = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 3)), 10.0, dt=config.dt, saves=101)
+    ts2, zs2 = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, 3)), 10.0, dt=config.dt, saves=101, engine=config)
     m2, _, of2, _, _ = measure(V, A @ A, zs2, ts2, rng, 5.0)
     checks = {
         "conv{pi_F z_i} non-increasing (100 directions): failing runs": at_most(fraction(mono), 0.0),

@@ -11,15 +11,16 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from types import ModuleType
 
 from .. import __version__
 from ..io import write_json, write_npz
-from .common import Result
+from .common import ExperimentConfig, Result
 
 
-def config_for(module, *, seed: int, quick: bool):
+def config_for(module: ModuleType, *, seed: int, quick: bool, device: str = "cpu", dtype: str = "float64") -> ExperimentConfig:
     overrides = dict(module.QUICK) if quick else {}
-    return module.Config(seed=seed, **overrides)
+    return module.Config(seed=seed, device=device, dtype=dtype, **overrides)
 
 
 def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dict:
@@ -43,7 +44,7 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
     }
 
 
-def run_claim(claim_id: str, module, folder: Path, *, seed: int, quick: bool) -> dict:
+def run_claim(claim_id: str, module: ModuleType, folder: Path, *, seed: int, quick: bool, device: str = "cpu", dtype: str = "float64") -> dict:
     """Run one claim, write its folder, return its record."""
     from .. import plots
 
@@ -51,7 +52,7 @@ def run_claim(claim_id: str, module, folder: Path, *, seed: int, quick: bool) ->
     if folder.exists():
         shutil.rmtree(folder)
     (folder / "figures").mkdir(parents=True)
-    config = config_for(module, seed=seed, quick=quick)
+    config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
     write_json(folder / "config.json", config.model_dump(mode="json"))
     if hasattr(module, "available"):
         ok, reason = module.available()

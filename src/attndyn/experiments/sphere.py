@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from scipy.integrate import solve_ivp
 
@@ -43,16 +45,16 @@ CLUSTER_TOL = 1e-6
 STEP = {"rtol": 1e-9, "atol": 1e-11}
 
 
-def sphere_model(beta, *, usa=False):
+def sphere_model(beta: float, *, usa: bool = False) -> ad.Model:
     return ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere", normalization="unnormalized" if usa else "softmax")
 
 
-def min_inner(xs):
+def min_inner(xs: np.ndarray) -> np.ndarray:
     G = np.einsum("...id,...jd->...ij", xs, xs)
     return G.min((-1, -2))
 
 
-def gamma_ode(beta, n, T, ts, *, usa=False):
+def gamma_ode(beta: float, n: int, T: float, ts: np.ndarray, *, usa: bool = False) -> np.ndarray:
     def f(t, g):
         if usa:
             return (2 / n) * np.exp(beta * g) * (1 - g) * ((n - 1) * g + 1)
@@ -139,7 +141,7 @@ def figures(result: Result) -> dict:
     return figs
 
 
-def movies(result: Result, folder) -> list:
+def movies(result: Result, folder: Path) -> list:
     a = result.arrays
     keep = a["ts"] <= 60
     return [plots.points_movie(folder / "sphere.gif", a["ts"][keep], a["x"][keep], title="sphere, beta = 1", variable="x")]

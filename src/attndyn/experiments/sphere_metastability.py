@@ -32,7 +32,7 @@ class Config(ExperimentConfig):
 QUICK = {"betas": [25.0], "T": 2000.0}
 
 
-def gram_count(x) -> int:
+def gram_count(x: np.ndarray) -> int:
     G = (x @ x.T > 0.999).astype(float)
     return int(np.linalg.matrix_rank(G))
 
