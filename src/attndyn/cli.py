@@ -219,6 +219,20 @@ def list_claims() -> None:
     console.print(table)
 
 
+def engine_options(device: str, dtype: str) -> tuple:
+    """Validate ``--device`` and ``--dtype``; exit 2 with one line when unusable. Returns torch objects."""
+    import torch
+
+    from .config import ConfigError, resolve_device
+
+    if dtype not in ("float64", "float32"):
+        fail(f"--dtype {dtype!r} is not float64 or float32")
+    try:
+        return resolve_device(device), getattr(torch, dtype)
+    except ConfigError as err:
+        fail(f"--device: {err}")
+
+
 @app.command()
 def reproduce(
     claims: Annotated[list[str] | None, typer.Argument(help="Claim ids (default: all; see `attndyn list`).")] = None,
@@ -229,17 +243,11 @@ def reproduce(
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
 ) -> None:
     """Run the claims of the paper and write DIR/index.html and DIR/results.json."""
-    from .config import ConfigError, resolve_device
     from .experiments import EXPERIMENTS, load
     from .experiments.runner import run_claim
     from .report import ReportError, build
 
-    if dtype not in ("float64", "float32"):
-        fail(f"--dtype {dtype!r} is not float64 or float32")
-    try:
-        resolve_device(device)
-    except ConfigError as err:
-        fail(f"--device: {err}")
+    engine_options(device, dtype)
     chosen = list(claims) if claims else list(EXPERIMENTS)
     unknown = [c for c in chosen if c not in EXPERIMENTS]
     if unknown:
@@ -304,18 +312,10 @@ def checkpoint(
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
 ) -> None:
     """Spectra of every head of a trained checkpoint, and the dynamics its weights drive vs its hidden states."""
-    import torch
-
     from .checkpoint_report import checkpoint_report
     from .checkpoints import CheckpointError
-    from .config import ConfigError, resolve_device
 
-    if dtype not in ("float64", "float32"):
-        fail(f"--dtype {dtype!r} is not float64 or float32")
-    try:
-        dev = resolve_device(device)
-    except ConfigError as err:
-        fail(f"--device: {err}")
+    dev, torch_dtype = engine_options(device, dtype)
 
     if out.exists() and not out.is_dir():
         fail(f"--out {str(out)!r} exists and is not a folder")
@@ -332,7 +332,7 @@ def checkpoint(
                 allow_pickle=allow_pickle,
                 progress=lambda msg: bar.update(task, description=msg),
                 device=dev,
-                dtype=getattr(torch, dtype),
+                dtype=torch_dtype,
             )
     except CheckpointError as err:
         fail(str(err))
