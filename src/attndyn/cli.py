@@ -301,6 +301,32 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
 
 
 @app.command()
+def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder written by `attndyn reproduce` (DIR/runs/CLAIM).")]) -> None:
+    """Recompute a claim's checks and verdict from its saved arrays and config, without simulating.
+
+    Exits 0 on pass or report, 1 on fail, 2 on an unreadable or incomplete folder.
+    """
+    from rich.table import Table
+
+    from .experiments.runner import JudgeError, judge_folder
+
+    try:
+        record = judge_folder(run_dir)
+    except JudgeError as err:
+        fail(str(err))
+    table = Table(title=f"{record['id']}: {record['verdict']}")
+    for col in ("check", "value", "threshold", "cases", "verdict"):
+        table.add_column(col, overflow="fold")
+    for name, c in record["checks"].items():
+        verdict = "report" if c.passed is None else ("pass" if c.passed else "FAIL")
+        table.add_row(name, f"{c.value:.4g}", c.threshold, "-" if c.n_judged is None else str(c.n_judged), verdict)
+    console.print(table)
+    if record["recorded_verdict"] not in (None, record["verdict"]):
+        console.print(f"[bold red]the recorded verdict was {record['recorded_verdict']!r}: the saved data no longer support it[/]")
+    raise typer.Exit(1 if record["verdict"] == "fail" else 0)
+
+
+@app.command()
 def checkpoint(
     path: Annotated[str, typer.Argument(help="Checkpoint folder (config.json + model.safetensors), or 'minilm'.")],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",

@@ -209,3 +209,13 @@ def paranormal_split(V: np.ndarray) -> ParanormalSplit | None:
     proj = np.diag([1.0] * p + [0.0] * (d - p))
     pi_F = B @ proj @ np.linalg.inv(B)
     return ParanormalSplit(lam, F, G, pi_F, rho)
+
+
+def boundary_distance(points: np.ndarray) -> np.ndarray:
+    """Distance of each point to the boundary of the convex hull of ``points`` (0 for points on it)."""
+    coords, _ = affine_coordinates(points)
+    if coords.shape[1] < points.shape[1] or len(points) <= points.shape[1]:
+        return np.zeros(len(points))  # a flat hull: every point is on its (relative) boundary
+    hull = ConvexHull(points)
+    # facet equations a.x + b <= 0 inside, |a| = 1: the distance to the boundary is the smallest |a.x + b|
+    return np.abs(points @ hull.equations[:, :-1].T + hull.equations[:, -1]).min(1)

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import __version__
 from .io import atomic_write_text, write_json
 
-CHECK_KEYS = ("name", "value", "threshold", "passed")
+CHECK_KEYS = ("name", "value", "threshold", "passed", "n_judged")
 CLAIM_KEYS = ("id", "paper_ref", "verdict", "checks", "params", "seconds")
 
 
@@ -117,6 +117,7 @@ def render(records: list[dict], *, quick: bool, seed: int) -> str:
         folder = f"runs/{r['id']}"
         checks = "".join(
             f"<tr><td>{html.escape(c['name'])}</td><td>{_fmt(c['value'])}</td><td>{html.escape(str(c['threshold']))}</td>"
+            f"<td>{_fmt(c.get('n_judged'))}</td>"
             f"{_verdict_cell(_check_verdict(c['passed']))}<td>{html.escape(c.get('note', '') or '')}</td></tr>"
             for c in r["checks"]
         )
@@ -130,7 +131,7 @@ def render(records: list[dict], *, quick: bool, seed: int) -> str:
             f"({r['seconds']:.1f} s)</p>{reason}<p>{html.escape(r.get('statement', ''))}</p>"
             f"<p><b>Hypotheses:</b> {html.escape(r.get('hypotheses', ''))}</p>"
             f"<p><b>Parameters and seeds:</b> <code>{params}</code></p>"
-            f"<table><tr><th>check</th><th>value</th><th>threshold</th><th>verdict</th><th>note</th></tr>{checks}</table>"
+            f"<table><tr><th>check</th><th>value</th><th>threshold</th><th>cases judged</th><th>verdict</th><th>note</th></tr>{checks}</table>"
             f"{figs}{movies}</section>"
         )
     size = "quick" if quick else "full"
@@ -161,7 +162,7 @@ def results_json(records: list[dict], *, quick: bool, seed: int) -> dict:
                 "id": r["id"],
                 "paper_ref": r["paper_ref"],
                 "verdict": r["verdict"],
-                "checks": [{k: clean(c[k]) for k in CHECK_KEYS} for c in r["checks"]],
+                "checks": [{k: clean(c.get(k)) for k in CHECK_KEYS} for c in r["checks"]],
                 "params": r["params"],
                 "seconds": r["seconds"],
             }

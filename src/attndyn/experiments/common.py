@@ -48,27 +48,61 @@ class ClaimInfo:
 
 @dataclass(frozen=True)
 class Check:
-    """One numerical check: ``passed`` is None for values that are reported, not judged."""
+    """One numerical check: ``passed`` is None for values that are reported, not judged.
+
+    ``n_judged`` counts the cases (seeds, rows, ratios, tokens) the verdict rests on; ``None`` for
+    reported values. A judged check over zero cases fails (it would otherwise pass vacuously).
+    """
 
     value: float
     threshold: str
     passed: bool | None
     note: str = ""
+    n_judged: int | None = None
 
 
-def at_most(value: float, limit: float, note: str = "") -> Check:
+NOTHING_JUDGED = "no case was judged, so the check cannot pass"
+
+
+def _judged(value: float, threshold: str, ok: bool, n: int, note: str) -> Check:
     value = float(value)
-    return Check(value, f"<= {limit:g}", bool(value <= limit), note)
+    if n < 1 or value != value:  # zero cases, or a NaN statistic
+        why = NOTHING_JUDGED if n < 1 else "the value is NaN"
+        return Check(value, threshold, False, f"{note}; {why}" if note else why, int(n))
+    return Check(value, threshold, bool(ok), note, int(n))
 
 
-def at_least(value: float, limit: float, note: str = "") -> Check:
-    value = float(value)
-    return Check(value, f">= {limit:g}", bool(value >= limit), note)
+def at_most(value: float, limit: float, note: str = "", *, n: int = 1) -> Check:
+    """``value <= limit``; ``n`` is the number of cases the value summarises (e.g. a maximum over n)."""
+    return _judged(value, f"<= {limit:g}", value <= limit, n, note)
 
 
-def within(value: float, lo: float, hi: float, note: str = "") -> Check:
-    value = float(value)
-    return Check(value, f"in [{lo:g}, {hi:g}]", bool(lo <= value <= hi), note)
+def at_least(value: float, limit: float, note: str = "", *, n: int = 1) -> Check:
+    return _judged(value, f">= {limit:g}", value >= limit, n, note)
+
+
+def within(value: float, lo: float, hi: float, note: str = "", *, n: int = 1) -> Check:
+    return _judged(value, f"in [{lo:g}, {hi:g}]", lo <= value <= hi, n, note)
+
+
+def every(ok: np.ndarray | list, note: str = "") -> Check:
+    """Judge every case: ``ok`` holds one flag per case (True = the theorem's statement holds).
+
+    The value is the number of failing cases; the check passes when it is 0 of at least 1.
+    """
+    flags = np.asarray(ok, dtype=bool).ravel()
+    bad = int((~flags).sum())
+    return _judged(bad, f"0 of {flags.size} fail", bad == 0, flags.size, note)
+
+
+def every_within(values: np.ndarray | list, lo: float, hi: float, note: str = "") -> Check:
+    """Judge every value in ``[lo, hi]``; the reported value is the one farthest outside (or the median)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return _judged(float("nan"), f"all in [{lo:g}, {hi:g}]", False, 0, note)
+    outside = np.maximum(lo - v, v - hi)
+    worst = float(v[np.argmax(outside)]) if (outside > 0).any() else float(np.median(v))
+    return _judged(worst, f"all in [{lo:g}, {hi:g}]", bool((outside <= 0).all()), v.size, note)
 
 
 def report(value: float, note: str = "") -> Check:
@@ -85,10 +119,15 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        if self.claim.kind == "report":
-            return "report"
-        judged = [c.passed for c in self.checks.values() if c.passed is not None]
-        return "pass" if judged and all(judged) else "fail"
+        return verdict_of(self.claim.kind, self.checks)
+
+
+def verdict_of(kind: str, checks: dict[str, Check]) -> str:
+    """``report`` for report claims; else ``pass`` when every judged check passed (at least one judged)."""
+    if kind == "report":
+        return "report"
+    judged = [c.passed for c in checks.values() if c.passed is not None]
+    return "pass" if judged and all(judged) else "fail"
 
 
 def simulate_batch(

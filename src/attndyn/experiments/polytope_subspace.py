@@ -64,22 +64,10 @@ def measure(V: np.ndarray, B: np.ndarray, zs: np.ndarray, ts: np.ndarray, rng: n
         mono.append(np.diff(h, axis=0).max() > 1e-10 * scale)
         p = f[-1, s]
         far.extend(geometry.distance_to_vertices(p, p[geometry.hull_vertices(p)]) > VERTEX_TOL)
-        off.extend(np.minimum(boundary_distance(p), np.linalg.norm(p, axis=1)) > VERTEX_TOL)
+        off.extend(np.minimum(geometry.boundary_distance(p), np.linalg.norm(p, axis=1)) > VERTEX_TOL)
         g = zs[:, s] @ (np.eye(len(V)) - split.pi_F).T
         g_growth.append(np.abs(g[-1]).max() / max(np.abs(g[0]).max(), 1e-300))
     return mono, far, off, g_growth, f
-
-
-def boundary_distance(points: np.ndarray) -> np.ndarray:
-    """Distance of each point to the boundary of the convex hull of ``points`` (0 for points on it)."""
-    from scipy.spatial import ConvexHull
-
-    coords, _ = geometry.affine_coordinates(points)
-    if coords.shape[1] < points.shape[1] or len(points) <= points.shape[1]:
-        return np.zeros(len(points))  # a flat hull: every point is on its (relative) boundary
-    hull = ConvexHull(points)
-    # facet equations a.x + b <= 0 inside, |a| = 1: the distance to the boundary is the smallest |a.x + b|
-    return np.abs(points @ hull.equations[:, :-1].T + hull.equations[:, -1]).min(1)
 
 
 def run(config: Config) -> Result:

@@ -33,7 +33,8 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
         "kind": result.claim.kind,
         "verdict": result.verdict,
         "checks": [
-            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note} for name, c in result.checks.items()
+            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note, "n_judged": c.n_judged}
+            for name, c in result.checks.items()
         ],
         "params": result.params,
         "info": result.info,
@@ -44,7 +45,75 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
     }
 
 
-def run_claim(claim_id: str, module: ModuleType, folder: Path, *, seed: int, quick: bool, device: str = "cpu", dtype: str = "float64") -> dict:
+class JudgeError(ValueError):
+    """A run folder that cannot be judged (incomplete, unreadable, unknown claim); one readable line."""
+
+
+def judge_folder(folder: Path) -> dict:
+    """Recompute a claim's checks and verdict from ``arrays.npz`` and ``config.json`` alone.
+
+    Returns ``{"id", "kind", "verdict", "checks": {name: Check}, "info", "recorded_verdict"}``.
+    Nothing is simulated: the claim module's pure ``judge(arrays, config)`` does the work, the same
+    function ``reproduce`` used.
+    """
+    import json
+
+    import numpy as np
+
+    from . import EXPERIMENTS, load
+    from .common import verdict_of
+
+    folder = Path(folder)
+    summary = folder / "summary.json"
+    if not summary.is_file():
+        raise JudgeError(f"{folder} is not a complete run folder (no summary.json)")
+    try:
+        claim_id = json.loads(summary.read_text())["id"]
+        config_data = json.loads((folder / "config.json").read_text())
+        recorded = json.loads((folder / "result.json").read_text())
+    except (OSError, ValueError, KeyError) as err:
+        raise JudgeError(f"{folder}: cannot read the run folder ({err})") from None
+    if claim_id not in EXPERIMENTS:
+        raise JudgeError(f"{folder}: unknown claim id {claim_id!r}")
+    module = load(claim_id)
+    if recorded.get("verdict") == "skipped":
+        raise JudgeError(f"{folder}: the claim {claim_id!r} was skipped ({recorded.get('reason', '')}); there is nothing to judge")
+    if not hasattr(module, "judge"):
+        raise JudgeError(f"claim {claim_id!r} does not yet separate its checks from its simulation; rerun it with `attndyn reproduce`")
+    try:
+        config = module.Config.model_validate(config_data)
+    except ValueError as err:
+        raise JudgeError(f"{folder}/config.json does not fit claim {claim_id!r}: {str(err).splitlines()[0]}") from None
+    try:
+        with np.load(folder / "arrays.npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise JudgeError(f"{folder}/arrays.npz cannot be read ({err})") from None
+    try:
+        checks, info = module.judge(arrays, config)
+    except KeyError as err:
+        raise JudgeError(f"{folder}/arrays.npz lacks the array {err} that claim {claim_id!r} needs") from None
+    return {
+        "id": claim_id,
+        "kind": module.CLAIM.kind,
+        "verdict": verdict_of(module.CLAIM.kind, checks),
+        "checks": checks,
+        "info": info,
+        "recorded_verdict": recorded.get("verdict"),
+    }
+
+
+def run_claim(
+    claim_id: str,
+    module: ModuleType,
+    folder: Path,
+    *,
+    seed: int,
+    quick: bool,
+    device: str = "cpu",
+    dtype: str = "float64",
+    config: ExperimentConfig | None = None,
+) -> dict:
     """Run one claim, write its folder, return its record."""
     from .. import plots
 
@@ -52,7 +121,8 @@ def run_claim(claim_id: str, module: ModuleType, folder: Path, *, seed: int, qui
     if folder.exists():
         shutil.rmtree(folder)
     (folder / "figures").mkdir(parents=True)
-    config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
+    if config is None:
+        config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
     write_json(folder / "config.json", config.model_dump(mode="json"))
     if hasattr(module, "available"):
         ok, reason = module.available()

@@ -1,0 +1,321 @@
+"""Verdicts that can fail (issue 8).
+
+Every judged check of a claim that separates its checks from its simulation (``judge(arrays,
+config)``) is fed a violating input built from a real reduced-size run, and must fail; a check
+over zero cases fails; ``attndyn judge`` agrees with ``reproduce`` and catches tampering.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attndyn import geometry
+from attndyn.cli import app
+from attndyn.experiments import EXPERIMENTS, load
+from attndyn.experiments.common import at_most, every, every_within, within
+from attndyn.experiments.runner import judge_folder, run_claim
+
+from .claims import tiny_config, tiny_result
+
+JUDGED = [cid for cid in EXPERIMENTS if hasattr(load(cid), "judge")]
+runner = CliRunner()
+
+
+def judged(claim_id: str, arrays: dict) -> dict:
+    checks, _ = load(claim_id).judge(arrays, tiny_config(claim_id))
+    return checks
+
+
+def copy_arrays(claim_id: str) -> dict:
+    return {k: np.array(v, copy=True) for k, v in tiny_result(claim_id).arrays.items()}
+
+
+def failing(checks: dict, prefix: str) -> bool:
+    """The one check whose name starts with ``prefix`` was judged and failed."""
+    hits = [c for name, c in checks.items() if name.startswith(prefix)]
+    assert len(hits) == 1, (prefix, list(checks))
+    return hits[0].passed is False
+
+
+# --- the check helpers ---------------------------------------------------------------------------
+
+
+def test_a_check_over_zero_cases_fails():
+    for c in (every([]), every_within([], 0, 1), at_most(0.0, 1.0, n=0), within(float("nan"), 0, 1)):
+        assert c.passed is False
+        assert c.n_judged == 0 or c.value != c.value
+    ok = every([True, True])
+    assert ok.passed is True
+    assert ok.n_judged == 2
+    bad = every([True, False, False])
+    assert bad.passed is False
+    assert bad.value == 2
+
+
+def test_every_within_reports_the_worst_value():
+    c = every_within([0.5, 0.52, 0.71], 0.4, 0.6)
+    assert c.passed is False
+    assert c.value == 0.71
+    assert c.n_judged == 3
+
+
+@pytest.mark.parametrize("claim_id", JUDGED)
+def test_judge_of_the_saved_arrays_reproduces_the_run(claim_id):
+    result = tiny_result(claim_id)
+    again = judged(claim_id, result.arrays)
+    assert list(again) == list(result.checks)
+    for name, c in result.checks.items():
+        assert again[name].passed == c.passed, name
+        assert again[name].n_judged == c.n_judged, name
+        if c.passed is not None:
+            assert c.n_judged >= 1, name
+    if load(claim_id).CLAIM.kind == "pass/fail":
+        assert result.verdict == "pass"
+
+
+@pytest.mark.parametrize("claim_id", JUDGED)
+def test_no_cases_means_failure(claim_id):
+    """With the per-case arrays removed, nothing is judged and nothing passes."""
+    if load(claim_id).CLAIM.kind != "pass/fail":
+        pytest.skip("report claims judge nothing")
+    arrays = copy_arrays(claim_id)
+    cases = {k: v for k, v in arrays.items() if not k[-1].isdigit()}
+    if len(cases) == len(arrays):
+        pytest.skip("this claim has no numbered cases to remove")
+    try:
+        checks = judged(claim_id, cases)
+    except (KeyError, ValueError, IndexError):
+        return  # the claim refuses data without cases: also not a pass
+    assert all(c.passed is not True for c in checks.values() if c.n_judged is not None and c.n_judged == 0)
+    assert any(c.passed is False for c in checks.values())
+
+
+# --- polytope -----------------------------------------------------------------------------------
+
+
+def test_polytope_checks_fail_on_violations():
+    cid = "polytope"
+    base = copy_arrays(cid)
+    ts, z = base["ts0"], base["z0"]
+
+    a = copy_arrays(cid)
+    a["z0"][-3:, 0] *= 1.05  # the hull grows at the end
+    assert failing(judged(cid, a), "(a) hull")
+
+    a = copy_arrays(cid)
+    a["z0"][len(ts) // 2, 0, 0] = 3 * np.abs(z[0, 0]).max()  # a token leaves conv{z(0)}
+    assert failing(judged(cid, a), "(b) z_i(t) in conv")
+
+    a = copy_arrays(cid)
+    keep = ts <= 2.0  # an unconverged run: T too short
+    a["ts0"], a["z0"] = ts[keep], z[keep]
+    checks = judged(cid, a)
+    assert failing(checks, "(c)")
+    assert failing(checks, "(e) P(T) Boolean")
+
+    a = copy_arrays(cid)
+    p = a["z0"][-1, 0]
+    a["z0"][-1, 0, 0] = 0.5 * p.mean(0) + 0.5 * p[0]  # token 0 pulled off its vertex into the interior
+    checks = judged(cid, a)
+    assert failing(checks, "(d) S-equation")
+    assert failing(checks, "(d) limit in dK")
+
+    a = copy_arrays(cid)
+    p = a["z0"][-1, 0]
+    verts = p[geometry.hull_vertices(p)]
+    a["z0"][-1, 0, 0] = 0.5 * (verts[0] + verts[1])  # token 0 halfway between two vertices
+    assert failing(judged(cid, a), "(e) leader")
+
+
+# --- collapse -----------------------------------------------------------------------------------
+
+
+def test_collapse_checks_fail_on_violations():
+    cid = "collapse"
+    ts = copy_arrays(cid)["ts"]
+
+    a = copy_arrays(cid)
+    a["x0"][ts >= 160, 0] *= 0.5  # the decay from t = 40 to 160 is twice too fast for one seed
+    assert failing(judged(cid, a), "max|x(4t)|")
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0] *= 1.5  # max |x_i| jumps up at the end
+    assert failing(judged(cid, a), "max_i |x_i| non-increasing")
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0] = a["x0"][0, 0]  # the final state replaced by the initial one
+    checks = judged(cid, a)
+    assert failing(checks, "conclusion: max_i |x_i(T)|")
+    assert failing(checks, "conclusion: max |P(T) - 1/n|")
+
+
+# --- hyperplanes --------------------------------------------------------------------------------
+
+
+def _case(arrays, name):
+    return next(k for k in range(20) if f"name{k}" in arrays and str(arrays[f"name{k}"]) == name)
+
+
+def test_hyperplanes_checks_fail_on_violations():
+    cid = "hyperplanes"
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    a[f"V{k}"] = np.array([[0.5, -1.0], [1.0, 0.5]])  # a complex-leading V is not a good triple
+    assert failing(judged(cid, a), "good triples classified")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    _, _, phi = geometry.left_eigenvector(a[f"V{k}"])
+    c = a[f"z{k}"] @ geometry.left_eigenvector(a[f"V{k}"])[0]
+    top = int(np.argmax(c[-1, 0]))
+    a[f"z{k}"][-3:, 0, top] += 0.5 * phi / (geometry.left_eigenvector(a[f"V{k}"])[0] @ phi)  # max_j c_j increases
+    assert failing(judged(cid, a), "(a)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    keep = a[f"ts{k}"] <= 2.0  # unconverged
+    a[f"ts{k}"], a[f"z{k}"] = a[f"ts{k}"][keep], a[f"z{k}"][keep]
+    assert failing(judged(cid, a), "(b)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    a[f"V{k}"] = a[f"V{k}"].T  # phi_1 used in place of phi_1*: the coordinates are not the invariant ones
+    checks = judged(cid, a)
+    assert failing(checks, "(c)") or failing(checks, "(d)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    phi_star, _, phi = geometry.left_eigenvector(a[f"V{k}"])
+    n = a[f"z{k}"].shape[2]
+    a[f"z{k}"][-1, 0] += np.outer(np.linspace(-3, 3, n), phi / (phi_star @ phi))  # spread over many levels
+    checks = judged(cid, a)
+    assert failing(checks, "(c)")
+    assert failing(checks, "(d)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "real-nonneg2")
+    a[f"z{k}"][-1, 0] *= 100  # unbounded z although every eigenvalue is real and >= 0
+    assert failing(judged(cid, a), "c:bounded")
+
+    a = copy_arrays(cid)
+    a["nottoo_x"] = a["nottoo_x"] * np.exp(0.5 * a["nottoo_ts"])[:, None, None]  # x grows faster than e^{|lambda_k| t}
+    assert failing(judged(cid, a), "l:nottoofassst")
+
+
+def test_hyperplanes_boundedness_always_judges_something():
+    checks = tiny_result("hyperplanes").checks
+    c = next(c for name, c in checks.items() if name.startswith("c:bounded"))
+    assert c.n_judged >= 1
+
+
+# --- negative control ---------------------------------------------------------------------------
+
+
+def test_negative_control_checks_fail_on_violations():
+    cid = "hyperplanes-negative-control"
+
+    a = copy_arrays(cid)
+    a["V"] = np.array([[0.64709742, 0.81911926], [0.61210449, 0.63263484]])  # the paper's V2: a good triple
+    a["QK"] = np.eye(2)
+    assert failing(judged(cid, a), "regime()")
+
+    a = copy_arrays(cid)
+    ts = a["ts"]
+    half = np.searchsorted(ts, ts[-1] / 2)
+    a["z"][half + 1 :] = a["z"][half]  # converged after T/2: movement decays to 0
+    assert failing(judged(cid, a), "movement over [T-1, T]")
+
+    a = copy_arrays(cid)
+    a["z"][:] = a["z"][0]  # nothing moves
+    assert failing(judged(cid, a), "movement over [T/2-1, T/2]")
+
+
+# --- sphere -------------------------------------------------------------------------------------
+
+
+def test_sphere_checks_fail_on_violations():
+    cid = "sphere"
+    result = tiny_result(cid)
+    split = result.info["beta=4 split at T"]["seeds"]
+    assert split, "the reduced size keeps beta = 4 seeds that are still split at T = 300"
+
+    a = copy_arrays(cid)
+    a["b1_x"][-1, 0] = a["b1_x"][0, 0]  # beta = 1: the final state replaced by the initial one
+    assert failing(judged(cid, a), "beta = 1: every seed")
+
+    a = copy_arrays(cid)
+    a["b4_x"][:, 0] = a["b4_x"][0, 0]  # beta = 4: one seed never clusters
+    assert failing(judged(cid, a), "beta = 4: every seed in one cluster")
+
+    a = copy_arrays(cid)
+    ts = a["b4_ts"]
+    k = np.searchsorted(ts, 300.0)
+    s = split[0]
+    rng = np.random.default_rng(0)
+    x = a["b4_x"][k, s] + 1e-4 * rng.normal(size=a["b4_x"][k, s].shape)
+    a["b4_x"][k, s] = x / np.linalg.norm(x, axis=-1, keepdims=True)  # clusters not tight
+    assert failing(judged(cid, a), "beta = 4, seeds split at T = 300: k >= 2")
+
+    a = copy_arrays(cid)
+    k2 = np.searchsorted(ts, 600.0)
+    R = np.array([[np.cos(1e-4), -np.sin(1e-4), 0], [np.sin(1e-4), np.cos(1e-4), 0], [0, 0, 1]])
+    a["b4_x"][k + 1 : k2 + 1, s] = a["b4_x"][k + 1 : k2 + 1, s] @ R.T  # centres off the reduced ODE by 1e-4
+    assert failing(judged(cid, a), "beta = 4, seeds split at T: cluster centres")
+
+    a = copy_arrays(cid)
+    a["energy_sa_x"] = a["energy_sa_x"][::-1].copy()  # time reversed: the energy decreases
+    assert failing(judged(cid, a), "E_beta non-decreasing along SA")
+
+    a = copy_arrays(cid)
+    a["orth_sa_x"][-1] = np.linalg.qr(np.random.default_rng(1).normal(size=a["orth_sa_x"][-1].shape))[0]
+    assert failing(judged(cid, a), "orthogonal start (SA")
+
+    a = copy_arrays(cid)
+    a["hemi_ts"] = a["hemi_ts"] * 1.2  # the same run read 20 % slower: rate 2 / 1.2
+    assert failing(judged(cid, a), "hemisphere")
+
+
+# --- attndyn judge ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim_id", ["polytope", "collapse", "hyperplanes-negative-control"])
+def test_judge_command_agrees_with_reproduce_and_catches_tampering(tmp_path, claim_id):
+    folder = tmp_path / claim_id
+    record = run_claim(claim_id, load(claim_id), folder, seed=0, quick=True, config=tiny_config(claim_id))
+    again = judge_folder(folder)
+    assert again["verdict"] == record["verdict"] == "pass"
+    for c in record["checks"]:
+        assert again["checks"][c["name"]].value == pytest.approx(c["value"], nan_ok=True)
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 0, result.output
+    # tamper: replace the final states by earlier ones (for the negative control, whose claim is that
+    # the tokens keep moving, freeze them after T/2)
+    with np.load(folder / "arrays.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    for key, value in arrays.items():
+        if key[0] in "xz" and value.ndim >= 3 and value.shape[0] > 2:
+            if claim_id == "hyperplanes-negative-control":
+                value[len(value) // 2 :] = value[len(value) // 2]
+            else:
+                value[-1] = value[1]
+    np.savez(folder / "arrays.npz", **arrays)
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 1, result.output
+    assert "no longer support" in result.output
+
+
+def test_judge_refuses_incomplete_or_foreign_folders(tmp_path):
+    result = runner.invoke(app, ["judge", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "summary.json" in result.output
+    folder = tmp_path / "collapse"
+    run_claim("collapse", load("collapse"), folder, seed=0, quick=True, config=tiny_config("collapse"))
+    (folder / "arrays.npz").write_bytes(b"not an npz")
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 2
+    assert "arrays.npz" in result.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["id"] == "collapse"
