@@ -319,3 +319,69 @@ def test_judge_refuses_incomplete_or_foreign_folders(tmp_path):
     assert "arrays.npz" in result.output
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["id"] == "collapse"
+
+
+# --- boolean-1d ---------------------------------------------------------------------------------
+
+
+def test_boolean_1d_checks_fail_on_violations():
+    cid = "boolean-1d"
+    base = copy_arrays(cid)
+    k = next(j for j in range(20) if f"vq{j}" in base and tuple(base[f"vq{j}"]) == (1.0, 1.0))
+    ts, z = base[f"ts{k}"], base[f"z{k}"]
+    order = np.argsort(z[0, 0, :, 0])
+    lo, hi = order[0], order[-1]
+
+    a = copy_arrays(cid)
+    keep = ts <= 2.0  # unconverged: P is not yet Boolean
+    a[f"ts{k}"], a[f"z{k}"] = ts[keep], z[keep]
+    checks = judged(cid, a)
+    assert failing(checks, "(a)")
+    assert failing(checks, "(e) z_i of unbounded")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0, [lo, hi]] = a[f"z{k}"][-1, 0, [hi, lo]]  # the extreme tokens swap places at the end
+    checks = judged(cid, a)
+    assert failing(checks, "(b)")
+    assert failing(checks, "(d) order")
+
+    a = copy_arrays(cid)
+    i, j = order[1], order[2]
+    zz = a[f"z{k}"][-1, 0, :, 0]
+    zz[j] = zz[i] + 0.9 * (zz[j] - zz[i])  # two tokens move closer at the end (v = q = 1)
+    assert failing(judged(cid, a), "(d) l:distnondec")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0] *= 1.01  # z has not converged
+    assert failing(judged(cid, a), "(e) z_i of unbounded")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0, order[1:3]] = 1e-5  # two tokens stay near 0
+    assert failing(judged(cid, a), "(e) l:onlyone")
+
+    # (f) on rows whose -log(1 - P) grows 20 % slower than e^{v t}, and on the true rate
+    from attndyn.experiments.boolean_1d import row_rate_slopes
+
+    window = np.linspace(8, 14, 13)
+    slow = 3.0 * np.exp(0.8 * window)[:, None] * np.ones((1, 4))
+    assert every_within(row_rate_slopes(window, slow, 1.0), 0.9, 2.1).passed is False
+    assert every_within(row_rate_slopes(window, slow**1.25, 1.0), 0.9, 2.1).passed is True
+
+
+# --- polytope-subspace --------------------------------------------------------------------------
+
+
+def test_polytope_subspace_checks_fail_on_violations():
+    cid = "polytope-subspace"
+    base = copy_arrays(cid)
+    V = base["V0"]
+    e_F = np.eye(len(V))[0]  # V = diag(1, 1, -0.5): F is spanned by e_1, e_2
+
+    a = copy_arrays(cid)
+    a["z0"][-2:, 0] += 2.0 * e_F * np.abs(a["z0"][:, 0, :, 0]).max()  # the F-hull grows at the end
+    assert failing(judged(cid, a), "conv{pi_F z_i}")
+
+    a = copy_arrays(cid)
+    f_final = a["z0"][-1, 0, :, :2]
+    a["z0"][-1, 0, 0, :2] = 0.5 * (f_final.mean(0) + f_final[0])  # token 0's F-part pulled into the interior
+    assert failing(judged(cid, a), "pi_F z_i(T) within 1e-3 of the boundary")
