@@ -385,3 +385,34 @@ def test_polytope_subspace_checks_fail_on_violations():
     f_final = a["z0"][-1, 0, :, :2]
     a["z0"][-1, 0, 0, :2] = 0.5 * (f_final.mean(0) + f_final[0])  # token 0's F-part pulled into the interior
     assert failing(judged(cid, a), "pi_F z_i(T) within 1e-3 of the boundary")
+
+
+# --- model-equivalence --------------------------------------------------------------------------
+
+
+def test_model_equivalence_checks_fail_on_violations(monkeypatch):
+    cid = "model-equivalence"
+    cases = {
+        "M1 |x(t) - e^{tV} z(t)|": lambda a: a["tz"][-1].__iadd__(1e-3),
+        "M2 R^k z^k = x^k, dt = 0.1": lambda a: a["m2_z_0.1"][-1].__imul__(1.001),
+        "M3 |x_i'|": lambda a: a["m3_vel"].__imul__(10.0),
+        "M3 max|x(t)|": lambda a: a["tx"][-1].__imul__(100.0),
+        "M4 Euler": lambda a: a.__setitem__("m4_euler", a["m4_ref"] + (a["m4_euler"] - a["m4_ref"]) * a["m4_dt"][:, None, None] / 0.1),
+        "M5 X[mu_n](x_i)": lambda a: a["m5_engine"].__iadd__(1e-6),
+        "M5 e:bddinx": lambda a: a["m5_support"].__imul__(10.0),
+        "M5 e:lipinx": lambda a: a["m5_support"].__imul__(10.0),
+        # the nearby solution claimed to start 1e-6 times closer: it then separates faster than e^{L t} allows
+        "M6 W2(t)": lambda a: a.__setitem__("m6_y0", a["x0"] + 1e-6 * (a["m6_y0"] - a["x0"])),
+        "feed-forward W = I": lambda a: a["ff_identity"].__iadd__(1e-9),
+        "multi-head with H = 1": lambda a: a["mh_ours"][-1].__iadd__(1e-9),
+    }
+    for prefix, violate in cases.items():
+        a = copy_arrays(cid)
+        violate(a)
+        assert failing(judged(cid, a), prefix), prefix
+    # the row sums are the engine's: a P whose rows do not sum to 1 fails them
+    from attndyn.experiments import model_equivalence
+
+    real = model_equivalence.ad.attention_matrix
+    monkeypatch.setattr(model_equivalence.ad, "attention_matrix", lambda *args, **kw: 1.001 * real(*args, **kw))
+    assert failing(judged(cid, copy_arrays(cid)), "M3 rows of P")

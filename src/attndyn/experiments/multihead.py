@@ -7,7 +7,7 @@ import numpy as np
 import attndyn as ad
 
 from .. import lowrank, plots
-from .common import ClaimInfo, ExperimentConfig, Result, at_most, report
+from .common import ClaimInfo, ExperimentConfig, Result, report
 
 CLAIM = ClaimInfo(
     id="multihead",
@@ -50,8 +50,8 @@ def run(config: Config) -> Result:
         P = np.exp(L - L.max(1, keepdims=True))
         P /= P.sum(1, keepdims=True)
         y = y + config.dt * P @ y @ V.T
-    checks["H = 1 equals the residual equation (max relative difference after 20 layers)"] = at_most(
-        np.abs(ours[-1] - y).max() / np.abs(y).max(), 1e-12
+    checks["H = 1 equals the residual equation (max relative difference after 20 layers; judged in model-equivalence)"] = report(
+        np.abs(ours[-1] - y).max() / np.abs(y).max()
     )
     for H in config.heads:
         ranks = []
