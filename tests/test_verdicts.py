@@ -416,3 +416,46 @@ def test_model_equivalence_checks_fail_on_violations(monkeypatch):
     real = model_equivalence.ad.attention_matrix
     monkeypatch.setattr(model_equivalence.ad, "attention_matrix", lambda *args, **kw: 1.001 * real(*args, **kw))
     assert failing(judged(cid, copy_arrays(cid)), "M3 rows of P")
+
+
+# --- causal and hardmax -------------------------------------------------------------------------
+
+
+def test_causal_checks_fail_on_violations():
+    cid = "causal"
+    a = copy_arrays(cid)
+    x = a["x0"][-1, 0, 0] + 1e-6
+    a["x0"][-1, 0, 0] = x / np.linalg.norm(x)  # the first token moved
+    assert failing(judged(cid, a), "Q = K = I: x_1 stationary")
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0, 1:] = a["x0"][0, 0, 1:]  # the final state replaced by the initial one
+    assert failing(judged(cid, a), "Q = K = I: every token within 1e-6")
+
+    a = copy_arrays(cid)
+    a["x1"][-1, 0, 0] = -a["x1"][-1, 0, 0]
+    assert failing(judged(cid, a), "random Q, K: x_1 stationary")
+
+
+def test_hardmax_checks_fail_on_violations():
+    cid = "hardmax"
+    base = copy_arrays(cid)
+    z0 = base["z"][0, 0]
+    target = (z0 @ z0.T).argmax(1)
+    vertex = int(np.flatnonzero(target == np.arange(len(z0)))[0])
+    mover = int(np.flatnonzero((target != np.arange(len(z0))) & (target[target] == target))[0])
+
+    a = copy_arrays(cid)
+    a["z"][-1, 0, vertex] += 1e-6  # a vertex moves
+    assert failing(judged(cid, a), "self-argmax tokens")
+
+    a = copy_arrays(cid)
+    a["z"][-5:, 0, mover] += np.array([1e-4, -1e-4])  # off the straight path
+    checks = judged(cid, a)
+    assert failing(checks, "tokens with a fixed vertex")
+    assert failing(checks, "collinearity")
+    assert failing(checks, "geometric decay")
+
+    a = copy_arrays(cid)
+    a["finite_z_32"], a["finite_z_2"] = a["finite_z_2"].copy(), a["finite_z_32"].copy()  # larger beta tracks worse
+    assert failing(judged(cid, a), "finite beta")

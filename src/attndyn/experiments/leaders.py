@@ -7,7 +7,7 @@ import numpy as np
 import attndyn as ad
 
 from .. import lowrank, plots
-from .common import ClaimInfo, ExperimentConfig, Result, at_most, report
+from .common import ClaimInfo, ExperimentConfig, Result, report
 
 CLAIM = ClaimInfo(
     id="leaders",
@@ -16,10 +16,11 @@ CLAIM = ClaimInfo(
     statement=(
         "Smoke test of the leaders picture beyond d = 1: with V = B B^T and Q^T K = C C^T (PSD), explicit Euler on x with "
         "dt = 0.1 to T = 10 as in the authors' script, the number of columns of P carrying attention (entries > 1e-4) "
-        "drops to a small number (2 in the authors' run). Not a theorem."
+        "drops to a small number (2 in the authors' run). SPEC §4.2 calls this a smoke test, not a theorem: reported, "
+        "not judged."
     ),
     hypotheses="d = 2; V = B B^T, Q^T K = C C^T with B, C ~ U[-1, 1]^{2x2}; x0 ~ U[-1, 1]^2; residual (Euler) dynamics on x.",
-    kind="pass/fail",
+    kind="report",
 )
 
 
@@ -36,33 +37,44 @@ SMALL = 3  # "a small number" of surviving columns
 
 
 def run(config: Config) -> Result:
+    """The Euler runs; the reported values are :func:`judge` of the saved arrays."""
     rng = np.random.default_rng(config.seed)
     layers = round(config.T / config.dt)
-    final_counts, initial_counts, series = [], [], None
+    arrays = {"ts": np.arange(layers + 1) * config.dt}
     for s in range(config.seeds):
         B, C = rng.uniform(-1, 1, (2, 2)), rng.uniform(-1, 1, (2, 2))
         model = ad.Model(ad.Weights(np.eye(2), C @ C.T, B @ B.T))
         x0 = rng.uniform(-1, 1, (config.n, 2))
-        xs = ad.residual_layers(model, x0, layers, step_size=config.dt).xs
-        P = ad.attention_matrix(model, xs).numpy()[:, 0]
-        counts = [len(lowrank.support_columns(p, tol=SUPPORT_TOL)) for p in P]
-        final_counts.append(counts[-1])
-        initial_counts.append(counts[0])
-        if s == 0:
-            series = np.array(counts)
-            kept_x, kept_P = xs.numpy(), P
-    final_counts = np.array(final_counts)
+        arrays |= {f"x{s}": ad.residual_layers(model, x0, layers, step_size=config.dt).xs.numpy(), f"V{s}": B @ B.T, f"QK{s}": C @ C.T}
+    checks, info = judge(arrays, config)
+    return Result(CLAIM, checks, config.model_dump(), arrays, info)
+
+
+def counts_of(arrays: dict, s: int) -> tuple[list[int], np.ndarray]:
+    model = ad.Model(ad.Weights(np.eye(2), arrays[f"QK{s}"], arrays[f"V{s}"]))
+    P = ad.attention_matrix(model, arrays[f"x{s}"]).numpy()[:, 0]
+    return [len(lowrank.support_columns(p, tol=SUPPORT_TOL)) for p in P], P
+
+
+def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
+    seeds = sorted(int(k[1:]) for k in arrays if k.startswith("x") and k[1:].isdigit())
+    final, initial = [], []
+    for s in seeds:
+        counts, _ = counts_of(arrays, s)
+        final.append(counts[-1])
+        initial.append(counts[0])
+    final = np.array(final)
     checks = {
-        "median number of columns with an entry > 1e-4 at T": at_most(np.median(final_counts), SMALL),
-        "fraction of seeds ending with more than 3 such columns": report(np.mean(final_counts > SMALL)),
-        "median number of such columns at t = 0": report(np.median(initial_counts)),
+        "median number of columns with an entry > 1e-4 at T": report(np.median(final) if len(final) else float("nan"), "the authors' run: 2"),
+        f"fraction of seeds ending with more than {SMALL} such columns": report(np.mean(final > SMALL) if len(final) else float("nan")),
+        "median number of such columns at t = 0": report(np.median(initial) if initial else float("nan")),
     }
-    ts = np.arange(layers + 1) * config.dt
-    return Result(CLAIM, checks, config.model_dump(), {"ts": ts, "counts": series, "x": kept_x, "P": kept_P}, {"final_counts": final_counts.tolist()})
+    return checks, {"final_counts": final.tolist()}
 
 
 def figures(result: Result) -> dict:
-    a = result.arrays
+    a = dict(result.arrays)
+    a["counts"], a["P"] = counts_of(a, 0)
     idx = [0, 20, 50, len(a["ts"]) - 1]
     return {
         "columns": plots.counts_vs_time(
