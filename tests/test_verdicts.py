@@ -459,3 +459,68 @@ def test_hardmax_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["finite_z_32"], a["finite_z_2"] = a["finite_z_2"].copy(), a["finite_z_32"].copy()  # larger beta tracks worse
     assert failing(judged(cid, a), "finite beta")
+
+
+# --- high-dimensional ---------------------------------------------------------------------------
+
+
+def test_high_dimensional_checks_fail_on_violations():
+    cid = "high-dimensional"
+    base = copy_arrays(cid)
+    top = int(np.argmax(base["w"]))
+
+    a = copy_arrays(cid)
+    a["w"][top] = -a["w"][top] * 1.5  # the eigenvalue of largest modulus is now negative: not a good triple
+    assert failing(judged(cid, a), "the top eigenvalue is real")
+
+    a = copy_arrays(cid)
+    a["z"][-1, :, top] *= 1.01  # the top coordinate still moving
+    assert failing(judged(cid, a), "Thm 4.2: the top eigen-coordinate converged")
+
+    a = copy_arrays(cid)
+    c = a["z"][-1, :, top]
+    a["z"][-1, :, top] = np.linspace(c.min(), c.max(), len(c))  # limits spread over the whole interval
+    checks = judged(cid, a)
+    assert failing(checks, "Thm 4.2: every token's top eigen-coordinate")
+    assert failing(checks, "Thm 4.2: distinct limits")
+
+
+# --- the precision horizon ----------------------------------------------------------------------
+
+
+def test_precision_horizon_separates_rounding_from_dynamics():
+    import attndyn as ad
+    from attndyn import matrices, numerics
+
+    rng = np.random.default_rng(0)
+    z0 = rng.uniform(-5, 5, (2, 30, 3))
+    ts = np.linspace(0, 30, 61)
+    rk4 = {"solver": ad.RK4(), "step": ad.FixedStep(0.02)}
+    # Vc with Gaussian Q, K: the slow unstable coordinate (0.253) is decided by rounding after t ~ 16 (SPEC §4.6)
+    V = matrices.VC()
+    model = ad.Model(ad.Weights(rng.normal(size=(3, 3)), rng.normal(size=(3, 3)), V), rescaled=True)
+    h = numerics.precision_horizon(model, z0, ts, quantity=lambda z: geometry.unstable_projection(z, V), **rk4)
+    assert np.isfinite(h.t).all()
+    assert h.t.max() <= 25
+    # at the horizon the two deviations are comparable; before it they keep the ratio of the perturbations
+    k = int(np.searchsorted(ts, h.t[0]))
+    assert h.small[k, 0] >= 0.1 * h.big[k, 0]
+    assert h.small[1, 0] <= 1e-3 * h.big[1, 0]
+    # V = I (Thm 3.1): contracting, no horizon within T
+    calm = numerics.precision_horizon(ad.Model(ad.Weights.identity(3), rescaled=True), z0, ts, **rk4)
+    assert np.isinf(calm.t).all()
+    assert numerics.horizon_estimate(np.eye(3), 10.0) == float("inf")
+    assert 10 < numerics.horizon_estimate(V, 10.0) < 30
+
+
+def test_analyze_warns_past_the_precision_horizon():
+    import attndyn as ad
+    from attndyn import matrices
+
+    rng = np.random.default_rng(1)
+    model = ad.Model(ad.Weights.from_value(matrices.VC()), rescaled=True)
+    z0 = rng.uniform(-5, 5, (12, 3))
+    short = ad.simulate(model, z0, np.linspace(0, 5, 11), solver=ad.RK4(), step=ad.FixedStep(0.05))
+    long = ad.simulate(model, z0, np.linspace(0, 30, 31), solver=ad.RK4(), step=ad.FixedStep(0.05))
+    assert ad.analyze(short, model).warnings == []
+    assert "precision horizon" in ad.analyze(long, model).warnings[0]

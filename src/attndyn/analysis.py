@@ -27,7 +27,7 @@ import numpy as np
 import scipy.linalg as sla
 import torch
 
-from . import clusters, geometry, lowrank, spectra
+from . import clusters, geometry, lowrank, numerics, spectra
 from .dynamics import Model, attention_matrix
 from .numerics import finite_json
 from .simulation import Trajectory
@@ -62,6 +62,8 @@ class Analysis:
     exceptional_rows: list[list[int]] = field(default_factory=list)
     rates: dict = field(default_factory=dict)
     monotone: dict = field(default_factory=dict)
+    # numerical-validity notes, e.g. a rescaled run that went past its float64 precision horizon
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -122,6 +124,25 @@ def _monotone(values: np.ndarray, scale: float, *, increasing: bool = False) -> 
     worst = float((-steps if increasing else steps).max()) if steps.size else 0.0
     tol = MONOTONE_RTOL * max(scale, 1.0)
     return {"max_violation": worst if worst > 0 else 0.0, "tolerance": tol, "monotone": bool(worst <= tol)}
+
+
+def horizon_warnings(traj: Trajectory, model: Model, zs: np.ndarray | None) -> list[str]:
+    """A warning when a rescaled run goes past the precision horizon its spectrum implies (SPEC §4.6).
+
+    Uses :func:`attndyn.numerics.horizon_estimate`; :func:`attndyn.numerics.precision_horizon`
+    measures it (two more integrations) when the exact time matters.
+    """
+    if zs is None or not model.rescaled:
+        return []
+    spread = float(np.ptp(zs[0], axis=0).max()) if zs.shape[1] > 1 else 1.0
+    t_star = numerics.horizon_estimate(to_numpy(model.weights.V[0]), spread)
+    t_end = float(traj.ts[-1])
+    if t_end <= t_star:
+        return []
+    return [
+        f"the run reaches t = {t_end:g}, past its float64 precision horizon t* ~ {t_star:.3g} (SPEC §4.6): the slower unstable "
+        "coordinates are decided by rounding after t*; measure it with attndyn.numerics.precision_horizon"
+    ]
 
 
 def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
@@ -243,4 +264,5 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
         exceptional_rows=exc,
         rates=rates,
         monotone=monotone,
+        warnings=horizon_warnings(traj, model, zs),
     )

@@ -200,6 +200,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
     for name, mono in result.monotone.items():
         table.add_row(name, "monotone" if mono["monotone"] else f"VIOLATED by {mono['max_violation']:.3g}")
     console.print(table)
+    for warning in result.warnings:
+        console.print(f"[bold yellow]warning:[/] {warning}")
     console.print(f"wrote {run_dir / 'analysis.json'}")
 
 
