@@ -38,29 +38,38 @@ def gram_count(x: np.ndarray) -> int:
 
 
 def run(config: Config) -> Result:
+    """One run per beta; the reported values are :func:`judge` of the saved arrays."""
     rng = np.random.default_rng(config.seed)
-    checks, arrays = {}, {}
     ts = np.unique(np.concatenate([[0.0], np.geomspace(0.01, config.T, 300)]))
+    arrays = {"ts": ts}
     for beta in config.betas:
         x0 = unit_rows(rng.normal(size=(config.n, 2)))
         model = ad.Model(ad.Weights.identity(2), beta=beta, geometry="sphere")
-        xs = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-8, atol=1e-10), max_steps=10_000_000).xs.numpy()
+        arrays[f"x_{beta:g}"] = ad.simulate(
+            model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-8, atol=1e-10), max_steps=10_000_000
+        ).xs.numpy()
+    checks, info = judge(arrays, config)
+    return Result(CLAIM, checks, config.model_dump(), arrays, info)
+
+
+def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
+    ts, checks = arrays["ts"], {}
+    for key in sorted((k for k in arrays if k.startswith("x_")), key=lambda k: float(k[2:])):
+        beta, xs = float(key[2:]), arrays[key]
         counts = np.array([gram_count(x) for x in xs])
         events = clusters.merge_events(ts, xs, tol=0.05)
         changes = np.flatnonzero(np.diff(counts) != 0)
         plateau = np.diff(np.concatenate([[ts[1]], ts[changes + 1], [ts[-1]]]))
-        checks[f"beta = {beta}: clusters (Gram > 0.999) at t = 1"] = report(counts[np.searchsorted(ts, 1.0)])
-        checks[f"beta = {beta}: clusters at T = {config.T:g}"] = report(counts[-1])
-        checks[f"beta = {beta}: longest plateau of the count (time units)"] = report(plateau.max())
-        checks[f"beta = {beta}: merge events (single linkage at 0.05)"] = report(len(events), ", ".join(f"t = {e.t:.3g}" for e in events[:8]))
-        arrays[f"counts_{int(beta)}"] = counts
-    arrays["ts"] = ts
-    return Result(CLAIM, checks, config.model_dump(), arrays, {})
+        checks[f"beta = {beta:g}: clusters (Gram > 0.999) at t = 1"] = report(counts[np.searchsorted(ts, 1.0)])
+        checks[f"beta = {beta:g}: clusters at T = {ts[-1]:g}"] = report(counts[-1])
+        checks[f"beta = {beta:g}: longest plateau of the count (time units)"] = report(plateau.max())
+        checks[f"beta = {beta:g}: merge events (single linkage at 0.05)"] = report(len(events), ", ".join(f"t = {e.t:.3g}" for e in events[:8]))
+    return checks, {}
 
 
 def figures(result: Result) -> dict:
     a = result.arrays
-    series = {f"beta = {k.split('_')[1]}": a[k] for k in a if k.startswith("counts_")}
+    series = {f"beta = {k[2:]}": np.array([gram_count(x) for x in a[k]]) for k in a if k.startswith("x_")}
     return {
         "counts": plots.counts_vs_time(
             a["ts"][1:],
