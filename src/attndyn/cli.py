@@ -324,7 +324,9 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
         table.add_row(name, f"{c.value:.4g}", c.threshold, "-" if c.n_judged is None else str(c.n_judged), verdict)
     console.print(table)
     if record["recorded_verdict"] not in (None, record["verdict"]):
-        console.print(f"[bold red]the recorded verdict was {record['recorded_verdict']!r}: the saved data no longer support it[/]")
+        console.print(
+            f"[bold red]the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}[/]"
+        )
     raise typer.Exit(1 if record["verdict"] == "fail" else 0)
 
 
