@@ -13,13 +13,33 @@ Contract
   y_a' = P_{y_a}(sum_b m_b e^{beta <y_a, y_b>} y_b / Z_a), Z_a = sum_b m_b e^{beta <y_a, y_b>} (SA)
   or Z_a = 1 (USA), masses m_a = cluster size / n. Exact for clusters of zero diameter.
 
-All integrations use ``scipy.integrate.solve_ivp(DOP853)`` at tight tolerances.
+* ``kernel_coefficient(degree, beta, d)``: the Funk-Hecke eigenvalue K_l(beta) of the kernel
+  e^{beta <x, y>} on degree-l spherical harmonics of S^{d-1} (normalised measure, SPEC §8.2):
+  Gamma(d/2) (2/beta)^{d/2-1} I_{l+d/2-1}(beta) (I_l(beta) on the circle).
+* ``growth_rates(beta, d, ls, usa=False)``: the rates lambda_l = l (l + d - 2) K_l / beta (USA) and
+  l (l + d - 2) K_l / (beta K_0) (SA) at which a degree-l perturbation of the uniform measure grows;
+  ``fastest_mode(beta, d)``: k_max, the number of clusters that first emerge.
+* ``kuramoto_order(t, R0)``: beta = 0 on the circle from a wrapped-Cauchy start (Ott-Antonsen,
+  SPEC §8.3): R(t) = R0 e^{t/2} / sqrt(1 + R0^2 (e^t - 1)).
+* ``pairing_cosine(s, c0)``: the closest pair's cosine in rescaled time at large beta (SPEC §8.4,
+  equal masses): tanh(2 s + artanh c0). ``staircase_levels(n)``: the plateaus sum_a m_a^2 of the
+  normalised energy over every partition of n tokens into clusters.
+* ``one_layer_cosine(n, rho, beta)``: the exact pairwise cosine of the outputs y_i = sum_j P_ij x_j
+  of one attention layer on equiangular unit inputs <x_i, x_j> = rho (SPEC §8.6), and
+  ``one_layer_cosine_limit(rho, gamma)``: its n -> infinity limit at beta = gamma log n.
+
+All integrations use ``scipy.integrate.solve_ivp(DOP853)`` at tight tolerances. Sources: GLPR
+(arXiv 2312.10794), Bruno-Pasqualotto-Agazzi (2410.23228), Geshkovski-Koubbi-Polyanskiy-Rigollet
+(2410.06833), Chen-Lin-Polyanskiy-Rigollet (2510.05554), as restated in SPEC §8.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.integrate import solve_ivp
+from scipy.special import gammaln, ive
 
 ODE_TOL = {"rtol": 1e-12, "atol": 1e-13}
 
@@ -81,3 +101,91 @@ def k_point(y0: np.ndarray, masses: np.ndarray, beta: float, ts: np.ndarray, *, 
     if not sol.success:
         raise RuntimeError(f"the k-point ODE failed: {sol.message}")
     return sol.y.T.reshape(len(ts), k, d)
+
+
+def kernel_coefficient(degree: int, beta: float, d: int) -> float:
+    """K_l(beta) = Gamma(d/2) (2/beta)^{d/2 - 1} I_{l + d/2 - 1}(beta) (beta > 0); K_l(0) = [l = 0].
+
+    Computed from the exponentially scaled Bessel function, so it overflows only when e^beta does.
+    """
+    if degree < 0 or d < 2:
+        raise ValueError(f"need a degree >= 0 and d >= 2; got degree = {degree}, d = {d}.")
+    if beta == 0:
+        return 1.0 if degree == 0 else 0.0
+    nu = degree + d / 2 - 1
+    log_pref = gammaln(d / 2) + (d / 2 - 1) * math.log(2 / beta)
+    return float(math.exp(log_pref + beta) * ive(nu, beta))
+
+
+def growth_rates(beta: float, d: int, ls: np.ndarray | list[int], *, usa: bool = False) -> np.ndarray:
+    """Linear growth rates lambda_l of degree-l perturbations of the uniform measure (SPEC §8.2)."""
+    ls = np.asarray(ls, dtype=np.int64)
+    if beta <= 0:
+        raise ValueError(f"beta = {beta} must be > 0 (at beta = 0 the kernel has no l >= 1 part).")
+    nu = ls + d / 2 - 1
+    lap = ls * (ls + d - 2)
+    if usa:
+        return lap * np.array([kernel_coefficient(int(k), beta, d) for k in ls]) / beta
+    # SA: K_l / K_0 = I_{l + d/2 - 1} / I_{d/2 - 1}, a ratio of scaled Bessel functions (no overflow)
+    return lap * ive(nu, beta) / ive(d / 2 - 1, beta) / beta
+
+
+def fastest_mode(beta: float, d: int, l_max: int | None = None) -> int:
+    """k_max(beta) = argmax_l l (l + d - 2) I_{l + d/2 - 1}(beta): the number of clusters that first emerge."""
+    l_max = l_max or int(10 + 4 * math.sqrt(2 * beta + 1))
+    ls = np.arange(1, l_max + 1)
+    return int(ls[np.argmax(ls * (ls + d - 2) * ive(ls + d / 2 - 1, beta))])
+
+
+def kuramoto_order(t: np.ndarray | float, R0: float) -> np.ndarray:
+    """R(t) = R0 e^{t/2} / sqrt(1 + R0^2 (e^t - 1)) for beta = 0 on the circle (wrapped-Cauchy start)."""
+    if not 0 < R0 < 1:
+        raise ValueError(f"R0 = {R0} must be in (0, 1).")
+    t = np.asarray(t, dtype=np.float64)
+    # written with e^{-t} so that large t does not overflow
+    return R0 / np.sqrt(np.exp(-t) + R0**2 * (1 - np.exp(-t)))
+
+
+def pairing_cosine(s: np.ndarray | float, c0: float) -> np.ndarray:
+    """The closest pair's cosine c(s) = tanh(2 s + artanh c0), solving c' = 2 (1 - c^2) (equal masses)."""
+    return np.tanh(2 * np.asarray(s, dtype=np.float64) + np.arctanh(c0))
+
+
+def staircase_levels(n: int) -> list[float]:
+    """Every plateau sum_a m_a^2 (m_a = cluster size / n) over the partitions of n tokens, increasing."""
+
+    def partitions(total: int, largest: int):
+        if total == 0:
+            yield ()
+            return
+        for k in range(min(total, largest), 0, -1):
+            for rest in partitions(total - k, k):
+                yield (k, *rest)
+
+    return sorted({round(sum((k / n) ** 2 for k in p), 12) for p in partitions(n, n)})
+
+
+def one_layer_cosine(n: int, rho: float, beta: float) -> float:
+    """Exact cosine between two outputs of one attention layer (Q = K = V = I, no residual) on n
+    unit inputs with pairwise inner products rho (SPEC §8.6).
+
+    P has two entries: a on the diagonal and b = a e^{-beta (1 - rho)} off it, a = 1 / (1 + (n - 1) e^{-beta (1 - rho)}).
+    With S = sum_k x_k, y_i = (a - b) x_i + b S, <x_i, S> = 1 + (n - 1) rho and |S|^2 = n (1 + (n - 1) rho), so
+    <y_i, y_j> = (a - b)^2 rho + 2 (a - b) b (1 + (n - 1) rho) + b^2 |S|^2 and |y_i|^2 is the same with 1 for rho.
+    """
+    if not (0 <= rho < 1) or n < 2:
+        raise ValueError(f"need n >= 2 and 0 <= rho < 1; got n = {n}, rho = {rho}.")
+    q = math.exp(-beta * (1 - rho))
+    a = 1.0 / (1.0 + (n - 1) * q)
+    b = a * q
+    inner = 1 + (n - 1) * rho
+    common = 2 * (a - b) * b * inner + b * b * n * inner
+    return ((a - b) ** 2 * rho + common) / ((a - b) ** 2 + common)
+
+
+def one_layer_cosine_limit(rho: float, gamma: float) -> float:
+    """The n -> infinity limit at beta = gamma log n: 1 below gamma = 1/(1 - rho), 4 rho / (1 + 3 rho) at it, rho above."""
+    critical = 1 / (1 - rho)
+    if math.isclose(gamma, critical, rel_tol=1e-12):
+        return 4 * rho / (1 + 3 * rho)
+    return 1.0 if gamma < critical else rho
