@@ -27,6 +27,7 @@ TINY = {
     "sphere-metastability": {"betas": [25.0], "T": 100.0, "n": 16},
     "causal": {"seeds": 20, "T": 100.0, "T_random": 20.0, "n": 10},
     "hardmax": {"seeds": 6},
+    "long-context": {"ns": [8, 64], "gammas": [0.5, 1.0, 2.5], "formula_ns": [100, 1000000]},
     "trained-spectra": {},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}

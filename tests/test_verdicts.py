@@ -552,6 +552,7 @@ FUNCTION_OF = {
     "causal": "test_causal_checks_fail_on_violations",
     "hardmax": "test_hardmax_checks_fail_on_violations",
     "high-dimensional": "test_high_dimensional_checks_fail_on_violations",
+    "long-context": "test_long_context_checks_fail_on_violations",
 }
 
 
@@ -583,3 +584,17 @@ def test_every_judged_check_has_a_failing_input_test(claim_id):
     judged_names = [name for name, c in tiny_result(claim_id).checks.items() if c.passed is not None]
     untested = [name for name in judged_names if not any(name.startswith(p) for p in prefixes)]
     assert not untested, f"{claim_id}: judged checks never seen to fail: {untested}"
+
+
+def test_long_context_checks_fail_on_violations():
+    cid = "long-context"
+    a = copy_arrays(cid)
+    a["cos_dense"][-1, 1] += 1e-9  # one layer off the exact cosine
+    assert failing(judged(cid, a), "dense attention")
+    a = copy_arrays(cid)
+    a["cos_fused"][0, 0] -= 1e-9
+    assert failing(judged(cid, a), "fused attention")
+    # the n-sequence read backwards: the "large" n is then the small one, farther from every limit
+    config = tiny_config(cid).model_copy(update={"formula_ns": [1000000, 100]})
+    checks, _ = load(cid).judge(copy_arrays(cid), config)
+    assert failing(checks, "exact cosine at n")

@@ -28,6 +28,7 @@ EXPERIMENTS = {
     "sphere-metastability": "sphere_metastability",
     "causal": "causal",
     "hardmax": "hardmax",
+    "long-context": "long_context",
     "trained-spectra": "trained_spectra",
 }
 
