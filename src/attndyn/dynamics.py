@@ -26,7 +26,6 @@ tensors and returns the same kind.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Literal, get_args
@@ -327,15 +326,6 @@ def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray
     args = prepare(model, xt, check=True)
     out = vector_field(float(t), xt, args)
     return out.numpy() if is_numpy else out
-
-
-def lifted_update(model: Model, xq: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """``sum_j A_ij V (z_j - z_i)`` with the attention evaluated at positions ``xq`` (one head).
-
-    The building block of the discrete rescaling (SPEC §1.4); shapes ``(*batch, n, d)``.
-    """
-    args = prepare(dataclasses.replace(model, rescaled=False), z)
-    return attention_term(xq, z, args, args.scale, subtract_own=True)
 
 
 def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:

@@ -77,10 +77,6 @@ def at_most(value: float, limit: float, note: str = "", *, n: int = 1) -> Check:
     return _judged(value, f"<= {limit:g}", value <= limit, n, note)
 
 
-def at_least(value: float, limit: float, note: str = "", *, n: int = 1) -> Check:
-    return _judged(value, f">= {limit:g}", value >= limit, n, note)
-
-
 def within(value: float, lo: float, hi: float, note: str = "", *, n: int = 1) -> Check:
     return _judged(value, f"in [{lo:g}, {hi:g}]", lo <= value <= hi, n, note)
 
@@ -168,7 +164,3 @@ def fraction(flags: np.ndarray) -> float:
 
 def unit_rows(a: np.ndarray) -> np.ndarray:
     return a / np.linalg.norm(a, axis=-1, keepdims=True)
-
-
-def tensor(a: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
