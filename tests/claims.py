@@ -28,6 +28,9 @@ TINY = {
     "causal": {"seeds": 20, "T": 100.0, "T_random": 20.0, "n": 10},
     "hardmax": {"seeds": 6},
     "long-context": {"ns": [8, 64], "gammas": [0.5, 1.0, 2.5], "formula_ns": [100, 1000000]},
+    "mode-selection": {"n": 256, "betas": [5.0], "noise_betas": [5.0], "noise_n": 256, "noise_seeds": 16, "M": 256},
+    "kuramoto-closed-form": {"ns": [16, 32, 64, 128], "budget": 256},
+    "mean-field-limit": {"ns": [16, 32, 64, 128], "budget": 128, "M": 512, "dt": 0.1},
     "trained-spectra": {},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}

@@ -1,6 +1,7 @@
 """The command line: simulate a tiny config; bad configs exit 2 with one line."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +124,78 @@ def test_float32_config_runs_in_float32_and_cuda_is_refused_without_a_device(tmp
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="no CUDA device is available"):
             build(parse_config({**data, "device": "cuda"}))
+
+
+# --- attndyn meanfield --------------------------------------------------------------------------
+
+
+def _mf_config(tmp_path, text: str) -> Path:
+    path = tmp_path / "mf.toml"
+    path.write_text(text)
+    return path
+
+
+MF_OK = """beta = 1.0
+M = 64
+t1 = 1.0
+save_every = 0.25
+[init]
+kind = "wrapped-cauchy"
+R0 = 0.3
+"""
+
+
+def test_meanfield_writes_a_complete_run_folder(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, MF_OK)), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("config.json", "density.npz", "density.png", "order_parameter.png", "density.gif", "summary.json"):
+        assert (out / name).is_file(), name
+    data = np.load(out / "density.npz")
+    assert data["rho"].shape == (5, 64)
+    np.testing.assert_allclose(data["ts"], [0, 0.25, 0.5, 0.75, 1.0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mass_drift"] < 1e-12
+    assert summary["method"] == "spectral"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (MF_OK.replace("beta = 1.0", "beta = -1.0"), "beta"),
+        (MF_OK.replace("beta = 1.0", "beta = 400.0"), "too few"),
+        (MF_OK + "colour = 1\n", "colour"),
+        (MF_OK.replace('kind = "wrapped-cauchy"\nR0 = 0.3', 'kind = "values"\nvalues = [0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1, 0.2]'), "mass"),
+        (MF_OK.replace('kind = "wrapped-cauchy"\nR0 = 0.3', 'kind = "values"\nvalues = [0.5, -0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]'), "negative"),
+        (MF_OK.replace("R0 = 0.3", "R0 = 1.3"), "R0"),
+        (MF_OK.replace("R0 = 0.3", "R0 = 0.3\nwidth = 2"), "width"),
+        ('method = "magic"\n' + MF_OK, "method"),
+    ],
+)
+def test_meanfield_bad_inputs_exit_2_with_one_line(tmp_path, text, needle):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert len(result.output.strip().splitlines()) <= 2
+    assert not (out / "summary.json").exists()
+
+
+def test_meanfield_stops_with_exit_1_when_the_grid_is_exhausted(tmp_path):
+    text = (
+        MF_OK.replace("beta = 1.0", "beta = 8.0")
+        .replace("t1 = 1.0", "t1 = 20.0")
+        .replace('kind = "wrapped-cauchy"\nR0 = 0.3', 'kind = "uniform"\nmodes = [2]\namplitude = 0.05')
+    )
+    text = text.replace("M = 64", "M = 128")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(out)])
+    assert result.exit_code == 1
+    assert "finite-volume" in result.output
+    assert not (out / "summary.json").exists()
+    fv = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text + 'method = "finite-volume"\n')), "--out", str(out)])
+    assert fv.exit_code == 2  # a key after a table belongs to [init]: refused by name
+    text = text.replace("save_every = 0.25", 'save_every = 0.25\nmethod = "finite-volume"')
+    fv = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(out)])
+    assert fv.exit_code == 0, fv.output
+    assert json.loads((out / "summary.json").read_text())["min_density"] >= 0

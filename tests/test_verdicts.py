@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attndyn import geometry
+from attndyn import geometry, theory
 from attndyn.cli import app
 from attndyn.experiments import EXPERIMENTS, load
 from attndyn.experiments.common import at_most, every, every_within, within
@@ -553,6 +553,9 @@ FUNCTION_OF = {
     "hardmax": "test_hardmax_checks_fail_on_violations",
     "high-dimensional": "test_high_dimensional_checks_fail_on_violations",
     "long-context": "test_long_context_checks_fail_on_violations",
+    "mode-selection": "test_mode_selection_checks_fail_on_violations",
+    "kuramoto-closed-form": "test_kuramoto_checks_fail_on_violations",
+    "mean-field-limit": "test_mean_field_limit_checks_fail_on_violations",
 }
 
 
@@ -598,3 +601,55 @@ def test_long_context_checks_fail_on_violations():
     config = tiny_config(cid).model_copy(update={"formula_ns": [1000000, 100]})
     checks, _ = load(cid).judge(copy_arrays(cid), config)
     assert failing(checks, "exact cosine at n")
+
+
+def test_mode_selection_checks_fail_on_violations():
+    cid = "mode-selection"
+    a = copy_arrays(cid)
+    # particles whose mode 3 grows 3 % faster than lambda_3: log-amplitude gains 0.03 lambda_3 t
+    lam3 = theory.growth_rates(5.0, 2, [3])[0]
+    a["particle_amp"][0, 0, :, 2] *= np.exp(0.03 * lam3 * a["particle_ts"][0, 0])
+    assert failing(judged(cid, a), "particles:")
+    a = copy_arrays(cid)
+    # a mean-field USA mode 2 off by 2e-4 relative
+    lam2 = theory.growth_rates(5.0, 2, [2], usa=True)[0]
+    a["meanfield_amp"][0, 1, :, 1] *= np.exp(2e-4 * lam2 * a["meanfield_ts"][0, 1])
+    assert failing(judged(cid, a), "mean field:")
+    a = copy_arrays(cid)
+    # white noise whose spectrum peaks at mode 5 (five clusters, not k_max(5) = 3)
+    a["noise_power"][0, :, 4] = 2 * a["noise_power"][0].max(1)
+    assert failing(judged(cid, a), "white noise at beta = 5")
+
+
+def test_kuramoto_checks_fail_on_violations():
+    cid = "kuramoto-closed-form"
+    a = copy_arrays(cid)
+    a["meanfield_R"][-1] += 1e-7  # a mean field off by more than its discretisation error
+    assert failing(judged(cid, a), "mean field:")
+    a = copy_arrays(cid)
+    # particles that do not improve with n (an error floor): every n gets the smallest n's systems
+    first = a[f"R_n{int(a['ns'][0])}"]
+    for n in a["ns"]:
+        a[f"R_n{n}"] = first
+    assert failing(judged(cid, a), "particles: fitted exponent")
+    a = copy_arrays(cid)
+    # errors that fall like 1/n (too fast for i.i.d. samples): scale each deviation by sqrt(n0 / n)
+    exact = theory.kuramoto_order(a["ts"], tiny_config(cid).R0)[:, None]
+    n0 = a["ns"][0]
+    for n in a["ns"]:
+        a[f"R_n{n}"] = exact + (a[f"R_n{n}"] - exact) * np.sqrt(n0 / n)
+    assert failing(judged(cid, a), "particles: fitted exponent")
+
+
+def test_mean_field_limit_checks_fail_on_violations():
+    cid = "mean-field-limit"
+    a = copy_arrays(cid)
+    # beta = 4 particles stuck at the smallest n's distance: no convergence
+    for n in a["ns"]:
+        a[f"w1_b1_n{n}"] = a[f"w1_b1_n{int(a['ns'][0])}"]
+    assert failing(judged(cid, a), "fitted exponent p")
+    a = copy_arrays(cid)
+    n0 = a["ns"][0]
+    for n in a["ns"]:  # distances falling like n^-1: too fast for the empirical measure
+        a[f"w1_b0_n{n}"] = a[f"w1_b0_n{n}"] * np.sqrt(n0 / n)
+    assert failing(judged(cid, a), "fitted exponent p")

@@ -162,16 +162,20 @@ def parse_config(data: dict) -> SimulationConfig:
         raise ConfigError(_one_line(err)) from None
 
 
-def load_config(path: str | Path) -> SimulationConfig:
-    """Read and validate a TOML config; raises ConfigError with one line on any problem."""
+def read_toml(path: str | Path) -> dict:
+    """The table of a TOML file; raises ConfigError (one line) when it is missing or not TOML."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> SimulationConfig:
+    """Read and validate a TOML config; raises ConfigError with one line on any problem."""
+    return parse_config(read_toml(path))
 
 
 def matrix(spec: MatrixSpec, heads: int, d: int, rng: np.random.Generator, name: str, *, square: bool) -> np.ndarray:
@@ -308,3 +312,71 @@ def build(config: SimulationConfig) -> Setup:
         raise
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+
+
+# --- mean-field runs (``attndyn meanfield``) --------------------------------------------------------
+
+
+class MeanFieldConfig(Strict):
+    """A mean-field run on the circle (SPEC §8.8): the solver's options and the initial density.
+
+    ``init`` holds ``kind`` (``uniform``, ``wrapped-cauchy``, ``von-mises``, ``samples`` or
+    ``values``) and that kind's parameters (see :func:`attndyn.meanfield.initial_density`;
+    ``values`` lists the density on the M grid points itself and must have mass 1).
+    """
+
+    beta: float = Field(ge=0)
+    usa: bool = False
+    M: int | None = Field(default=None, ge=8)
+    method: Literal["spectral", "finite-volume"] = "spectral"
+    t1: float = Field(gt=0)
+    save_every: float = Field(gt=0)
+    rtol: float = Field(default=1e-10, gt=0)
+    atol: float = Field(default=1e-12, gt=0)
+    cfl: float = Field(default=0.4, gt=0, le=0.5)
+    init: dict
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not math.isfinite(self.beta):
+            raise ValueError(f"beta = {self.beta} must be finite")
+        kind = self.init.get("kind")
+        if kind is None:
+            raise ValueError("init needs a 'kind'")
+        if kind != "values" and self.M is None:
+            raise ValueError(f"M (the number of grid points) is required for init.kind = {kind!r}")
+        if self.save_every > self.t1:
+            raise ValueError(f"save_every = {self.save_every} exceeds t1 = {self.t1}")
+        return self
+
+
+def load_meanfield_config(path: str | Path) -> MeanFieldConfig:
+    """Read and validate a mean-field TOML config; raises ConfigError with one line on any problem."""
+    try:
+        return MeanFieldConfig.model_validate(read_toml(path))
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def meanfield_setup(config: MeanFieldConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(rho0, ts)`` of a mean-field config; raises ConfigError naming the bad value."""
+    from .meanfield import check_density, initial_density
+
+    params = {k: v for k, v in config.init.items() if k != "kind"}
+    kind = config.init["kind"]
+    try:
+        if kind == "values":
+            if set(params) != {"values"}:
+                raise ValueError(f"init.kind = 'values' takes only 'values'; got {sorted(params)}")
+            rho0 = check_density(np.asarray(params["values"], dtype=np.float64))
+            if config.M is not None and config.M != rho0.size:
+                raise ValueError(f"M = {config.M} but init.values has {rho0.size} entries")
+        else:
+            rho0 = initial_density(kind, config.M, **params)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"init: {err}") from None
+    steps = round(config.t1 / config.save_every)
+    ts = np.linspace(0.0, steps * config.save_every, steps + 1)
+    if ts[-1] < config.t1 - 1e-12:
+        ts = np.append(ts, config.t1)
+    return rho0, np.minimum(ts, config.t1)

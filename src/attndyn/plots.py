@@ -399,3 +399,76 @@ def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+@styled
+def curves(
+    x: np.ndarray,
+    series: dict,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    points: dict | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    hlines: dict | None = None,
+) -> Figure:
+    """Lines ``series`` (label -> y over ``x``) and markers ``points`` (label -> (x, y)); optional reference levels."""
+    fig, ax = _subplots(figsize=(6, 4))
+    colors = matplotlib.colormaps["tab10"].colors
+    for k, (label, y) in enumerate(series.items()):
+        ax.plot(x, y, lw=1.5, label=label, color=colors[k % 10])
+    markers = "os^vDx+*"
+    for k, (label, (px, py)) in enumerate((points or {}).items()):
+        ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % 10])
+    for label, y in (hlines or {}).items():
+        ax.axhline(y, color="gray", ls=":", lw=1)
+        ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="bottom")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+@styled
+def density_map(ts: np.ndarray, theta: np.ndarray, rho: np.ndarray, *, title: str) -> Figure:
+    """A density rho(theta, t) on the circle as an image over (t, theta), with a log colour scale."""
+    from matplotlib.colors import LogNorm
+
+    fig, ax = _subplots(figsize=(6.5, 4))
+    floor = max(float(rho[rho > 0].min()) if (rho > 0).any() else 1e-12, float(rho.max()) * 1e-6)
+    image = ax.pcolormesh(ts, theta, np.clip(rho.T, floor, None), shading="nearest", cmap=_cmap("viridis"), norm=LogNorm(floor, float(rho.max())))
+    fig.colorbar(image, ax=ax, label="density rho(theta, t)")
+    ax.set_xlabel("t")
+    ax.set_ylabel("theta (rad)")
+    ax.set_title(title)
+    return fig
+
+
+@styled
+def density_movie(path: str | Path, ts: np.ndarray, theta: np.ndarray, rho: np.ndarray, *, title: str) -> Path:
+    """The density on the circle, one frame per save time (at most 30 frames)."""
+    frames = frame_indices(len(ts))
+    top = float(rho.max()) * 1.05
+
+    def setup(fig):
+        ax = fig.subplots()
+        (line,) = ax.plot(theta, rho[0], lw=1.5)
+        ax.set_xlim(0, 2 * math.pi)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("theta (rad)")
+        ax.set_ylabel("density")
+        return ax, line
+
+    def update(state, k):
+        ax, line = state
+        line.set_ydata(rho[frames[k]])
+        ax.set_title(f"{title}, t = {ts[frames[k]]:.3g}", fontsize=10)
+
+    return write_gif(path, setup, update, len(frames), figsize=(5.5, 3.5))

@@ -29,6 +29,9 @@ EXPERIMENTS = {
     "causal": "causal",
     "hardmax": "hardmax",
     "long-context": "long_context",
+    "mode-selection": "mode_selection",
+    "kuramoto-closed-form": "kuramoto_closed_form",
+    "mean-field-limit": "mean_field_limit",
     "trained-spectra": "trained_spectra",
 }
 
