@@ -36,6 +36,7 @@ gpu-check: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/velocity.py
 	$(PY) benchmarks/solvers.py
+	$(PY) benchmarks/meanfield.py
 
 clean:
 	rm -rf $(VENV) runs report .pytest_cache

@@ -208,3 +208,12 @@ def test_initial_density_errors_name_the_value():
         meanfield.initial_density("uniform", 64, modes=[1], amplitude=2.0)
     with pytest.raises(ValueError, match="weights"):
         meanfield.initial_density("von-mises", 64, means=[0.0], kappas=[1.0], weights=[0.5])
+
+
+def test_fixed_step_rk4_converges_at_fourth_order_to_the_adaptive_solution():
+    M = 256
+    rho0 = meanfield.initial_density("von-mises", M, means=[0.0, 2.5], kappas=[2.0, 1.0], weights=[0.6, 0.4])
+    ts = np.array([0.0, 1.0])
+    ref = meanfield.solve_circle(rho0, ts, beta=2.0, rtol=1e-13, atol=1e-15).rho[-1]
+    errs = [np.abs(meanfield.solve_circle(rho0, ts, beta=2.0, dt=dt).rho[-1] - ref).max() for dt in (0.1, 0.05)]
+    assert 2**3.5 < errs[0] / errs[1] < 2**4.5, errs

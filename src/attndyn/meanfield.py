@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from scipy.special import ive
 
-from .solvers import AdaptiveStep, Dopri5, integrate
+from .solvers import RK4, AdaptiveStep, Dopri5, FixedStep, integrate
 
 Method = Literal["spectral", "finite-volume"]
 METHODS = ("spectral", "finite-volume")
@@ -131,8 +131,13 @@ def solve_circle(
     max_steps: int = 1_000_000,
     method: Method = "spectral",
     cfl: float = 0.4,
+    dt: float | None = None,
 ) -> MeanFieldSolution:
-    """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring)."""
+    """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring).
+
+    Spectral runs step with adaptive Dopri5 at ``rtol``/``atol``, or with classical RK4 at a fixed
+    step ``dt`` when one is given (no error control: the caller owns the accuracy).
+    """
     rho = check_density(rho0)
     if not (math.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta = {beta!r} must be a finite number >= 0.")
@@ -165,13 +170,15 @@ def solve_circle(
             raise ResolutionError(f"at t = {t:.6g} the top third of the M = {M} modes holds {tail:.2g} of the spectrum: refine M.")
         return r.new_zeros(())
 
+    if dt is not None and not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt = {dt!r} must be a finite number > 0.")
     sol = integrate(
         _field,
         torch.as_tensor(rho),
         ts,
         args,
-        solver=Dopri5(),
-        controller=AdaptiveStep(rtol=rtol, atol=atol),
+        solver=Dopri5() if dt is None else RK4(),
+        controller=AdaptiveStep(rtol=rtol, atol=atol) if dt is None else FixedStep(dt),
         observe=check,
         max_steps=max_steps,
     )
