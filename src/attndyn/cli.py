@@ -346,7 +346,20 @@ def reproduce(
     for cid, v in verdicts.items():
         if v == "fail":
             console.print(f"[bold red]FAIL[/] {cid}: see the report")
+    _preview(page)
     console.print(f"report: {page.resolve()}")
+
+
+def _preview(page: Path) -> None:
+    """Write preview.png (the report's first screen at 1400x900) when a Chromium is available."""
+    from .browser import BrowserUnavailable, screenshot
+
+    try:
+        screenshot(page, page.parent / "preview.png")
+    except BrowserUnavailable as err:
+        console.print(f"[dim]preview.png not written: {err}[/dim]")
+    except Exception as err:  # playwright's own errors (a browser that fails to start)
+        console.print(f"[dim]preview.png not written: {type(err).__name__}: {str(err).splitlines()[0]}[/dim]")
 
 
 @app.command()
@@ -359,6 +372,7 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
         page = build(out, list(EXPERIMENTS))
     except ReportError as err:
         fail(str(err))
+    _preview(page)
     console.print(f"report: {page.resolve()}")
 
 

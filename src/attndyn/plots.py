@@ -23,7 +23,17 @@ from .io import atomic_write_bytes
 # Applied inside each figure function (matplotlib.rc_context), never to the global rcParams: a
 # library import must not change its host's matplotlib state. Figures are plain ``Figure``
 # objects (no pyplot, no backend switch), rendered by Agg when saved.
-STYLE = {"font.size": 11, "axes.titlesize": 12, "figure.dpi": 100}
+# Okabe-Ito: a qualitative palette that stays distinguishable under the common colour-vision
+# deficiencies (sequential data uses viridis, which is too).
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+STYLE = {
+    "font.size": 11,
+    "font.family": "DejaVu Sans",
+    "axes.titlesize": 12,
+    "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO),
+    "figure.dpi": 100,
+    "svg.hashsalt": "attndyn",  # deterministic SVG ids
+}
 
 
 def styled(fn: Callable) -> Callable:
@@ -50,10 +60,21 @@ def _cmap(name: str):
     return matplotlib.colormaps[name]
 
 
-def save(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return atomic_write_bytes(path, buf.getvalue())
+def save(fig: Figure, path: str | Path, *, dpi: int = 120, vector: bool = True) -> Path:
+    """Write ``fig`` as PNG at ``path`` and, with ``vector``, as SVG next to it (same stem), atomically.
+
+    Returns the PNG's path. Dense artists (images, meshes) stay raster inside the SVG.
+    """
+    path = Path(path)
+    with matplotlib.rc_context(STYLE):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+        atomic_write_bytes(path, buf.getvalue())
+        if vector:
+            buf = io.BytesIO()
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+            atomic_write_bytes(path.with_suffix(".svg"), buf.getvalue())
+    return path
 
 
 def principal_axes(points: np.ndarray, k: int = 2) -> np.ndarray:
@@ -87,7 +108,7 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         for i in range(n):
             ax.plot(xs[:, i, 0], xs[:, i, 1], xs[:, i, 2], color=colors[i], lw=1)
         ax.scatter(*xs[0].T, facecolors="none", edgecolors="gray", s=18, label=f"t = {ts[0]:.3g}")
-        ax.scatter(*xs[-1].T, color="crimson", s=18, label=f"t = {ts[-1]:.3g}")
+        ax.scatter(*xs[-1].T, color="#D55E00", s=18, label=f"t = {ts[-1]:.3g}")
         ax.set_xlabel(f"{variable}[0]")
         ax.set_ylabel(f"{variable}[1]")
         ax.set_zlabel(f"{variable}[2]")
@@ -102,7 +123,7 @@ def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: s
         for i in range(n):
             ax.plot(pts[:, i, 0], pts[:, i, 1], color=colors[i], lw=1)
         ax.scatter(pts[0, :, 0], pts[0, :, 1], facecolors="none", edgecolors="gray", s=20, label=f"t = {ts[0]:.3g}")
-        ax.scatter(pts[-1, :, 0], pts[-1, :, 1], color="crimson", s=20, zorder=3, label=f"t = {ts[-1]:.3g}")
+        ax.scatter(pts[-1, :, 0], pts[-1, :, 1], color="#D55E00", s=20, zorder=3, label=f"t = {ts[-1]:.3g}")
         ax.set_xlabel(labels[0])
         ax.set_ylabel(labels[1])
         ax.set_aspect("equal", adjustable="datalim")
@@ -147,7 +168,7 @@ def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: st
             if poly is not None:
                 ax.plot(poly[:, 0], poly[:, 1], style, color="black" if style == "-" else "gray", lw=1.2, label=label)
         ax.scatter(zs[0, :, 0], zs[0, :, 1], facecolors="none", edgecolors="gray", s=16)
-        ax.scatter(zs[-1, :, 0], zs[-1, :, 1], color="crimson", s=18, zorder=3, label=f"t = {ts[-1]:.3g}")
+        ax.scatter(zs[-1, :, 0], zs[-1, :, 1], color="#D55E00", s=18, zorder=3, label=f"t = {ts[-1]:.3g}")
         ax.set_xlabel(f"{variable}[0]")
         ax.set_ylabel(f"{variable}[1]")
         ax.set_aspect("equal", adjustable="datalim")
@@ -159,7 +180,7 @@ def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: st
             ax.plot(zs[:, i, 0], zs[:, i, 1], zs[:, i, 2], color=colors[i], lw=0.8)
         for e in _hull_edges_3d(final):
             ax.plot(e[:, 0], e[:, 1], e[:, 2], color="black", lw=0.6)
-        ax.scatter(*zs[-1].T, color="crimson", s=14)
+        ax.scatter(*zs[-1].T, color="#D55E00", s=14)
         ax.set_xlabel(f"{variable}[0]")
         ax.set_ylabel(f"{variable}[1]")
         ax.set_zlabel(f"{variable}[2]")
@@ -176,8 +197,10 @@ def coordinates_vs_time(ts: np.ndarray, c: np.ndarray, *, levels: dict, ylabel: 
     for i in range(c.shape[1]):
         ax.plot(ts, c[:, i], color=colors[i], lw=0.9)
     for name, value in levels.items():
-        ax.axhline(value, color="crimson", ls="--", lw=1)
-        ax.annotate(f"{name} = {value:.4g}", (ts[-1], value), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=9, color="crimson")
+        ax.axhline(value, color="#D55E00", ls="--", lw=1)
+        # a level named by its own value ("0", "1") is labelled once, not "0 = 0"
+        label = name if name == f"{value:.4g}" else f"{name} = {value:.4g}"
+        ax.annotate(label, (ts[-1], value), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=9, color="#D55E00")
     ax.set_xlabel("t")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -205,11 +228,11 @@ def distance_log(ts: np.ndarray, dist: np.ndarray, *, ylabel: str, title: str, f
     fig, ax = _subplots(figsize=(6, 4))
     dist = np.asarray(dist, float)
     ok = dist > floor
-    ax.semilogy(np.asarray(ts)[ok], dist[ok], color="navy", lw=1.5, label="measured")
+    ax.semilogy(np.asarray(ts)[ok], dist[ok], color="#0072B2", lw=1.5, label="measured")
     if fit is not None:
         rate, intercept, t0, t1 = fit
         tt = np.linspace(t0, t1, 50)
-        ax.semilogy(tt, np.exp(intercept - rate * tt), "--", color="crimson", lw=1.5, label=f"fit: C e^(-{rate:.3f} t)")
+        ax.semilogy(tt, np.exp(intercept - rate * tt), "--", color="#D55E00", lw=1.5, label=f"fit: C e^(-{rate:.3f} t)")
     ax.set_xlabel("t")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -328,14 +351,14 @@ def points_movie(path: str | Path, ts: np.ndarray, zs: np.ndarray, *, title: str
         if d == 2:
             ax = fig.add_subplot()
             (hull,) = ax.plot([], [], color="gray", lw=1)
-            pts = ax.scatter(zs[0, :, 0], zs[0, :, 1], color="crimson", s=14)
+            pts = ax.scatter(zs[0, :, 0], zs[0, :, 1], color="#D55E00", s=14)
             ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
             ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
             ax.set_aspect("equal", adjustable="box")
         else:
             ax = fig.add_subplot(projection="3d")
             hull = None
-            pts = ax.scatter(*zs[0, :, :3].T, color="crimson", s=10)
+            pts = ax.scatter(*zs[0, :, :3].T, color="#D55E00", s=10)
             ax.set_xlim(lo[0], hi[0])
             ax.set_ylim(lo[1], hi[1])
             ax.set_zlim(lo[2], hi[2])
@@ -387,10 +410,10 @@ def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4)
         ax.axis("off")
     for ax, w, label in zip(axes.flat, eigs, labels, strict=False):
         w = np.asarray(w)
-        ax.scatter(w.real, w.imag, s=8, color="navy")
+        ax.scatter(w.real, w.imag, s=8, color="#0072B2")
         if len(w):
             top = w[np.argmax(np.abs(w))]
-            ax.scatter([top.real], [top.imag], s=30, facecolors="none", edgecolors="crimson")
+            ax.scatter([top.real], [top.imag], s=30, facecolors="none", edgecolors="#D55E00")
         ax.axhline(0, color="gray", lw=0.5)
         ax.axvline(0, color="gray", lw=0.5)
         ax.set_title(label, fontsize=9)
@@ -416,12 +439,12 @@ def curves(
 ) -> Figure:
     """Lines ``series`` (label -> y over ``x``) and markers ``points`` (label -> (x, y)); optional reference levels."""
     fig, ax = _subplots(figsize=(6, 4))
-    colors = matplotlib.colormaps["tab10"].colors
+    colors = OKABE_ITO
     for k, (label, y) in enumerate(series.items()):
-        ax.plot(x, y, lw=1.5, label=label, color=colors[k % 10])
+        ax.plot(x, y, lw=1.5, label=label, color=colors[k % len(colors)])
     markers = "os^vDx+*"
     for k, (label, (px, py)) in enumerate((points or {}).items()):
-        ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % 10])
+        ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % len(colors)])
     for label, y in (hlines or {}).items():
         ax.axhline(y, color="gray", ls=":", lw=1)
         ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="bottom")

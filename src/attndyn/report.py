@@ -43,7 +43,7 @@ def read_record(folder: Path) -> dict:
         raise ReportError(f"run folder {folder} is inconsistent: summary.json and result.json disagree")
     if record["verdict"] not in ("pass", "fail", "report", "skipped"):
         raise ReportError(f"run folder {folder} is corrupted: unknown verdict {record['verdict']!r}")
-    for rel in record.get("figures", []) + record.get("movies", []):
+    for rel in record.get("figures", []) + record.get("vectors", []) + record.get("movies", []):
         if not (folder / rel).is_file():
             raise ReportError(f"run folder {folder} is incomplete: {rel} is missing")
     return record
@@ -85,67 +85,156 @@ def _check_verdict(passed) -> str:
 
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
-table{border-collapse:collapse;margin:0.6em 0;font-size:0.92em}td,th{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}
-th{background:#f3f3f3}.pass{background:#d8f5d8}.fail{background:#f8d0d0;font-weight:bold}.report{background:#e6eefc}.skip{background:#eee}
-section{border-top:2px solid #ddd;margin-top:2em;padding-top:0.5em}img{max-width:100%;margin:0.4em 0;border:1px solid #eee}
-code,pre{background:#f6f6f6;padding:0.1em 0.3em;font-size:0.9em}pre{white-space:pre-wrap;padding:0.5em}
+:root{--pass:#1b7f3b;--fail:#b00020;--report:#2856a3;--skip:#666}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1400px;margin:0 auto;padding:0.6em 1.2em;color:#222;line-height:1.45}
+h1{font-size:1.35em;margin:0.2em 0}header p{margin:0.2em 0;color:#444;font-size:0.92em}
+.filters{display:flex;gap:0.4em;flex-wrap:wrap;align-items:center;margin:0.5em 0;font-size:0.9em}
+.filters button{border:1px solid #bbb;background:#fff;border-radius:1em;padding:0.15em 0.8em;cursor:pointer}
+.filters button[aria-pressed=true]{background:#222;color:#fff;border-color:#222}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(215px,1fr));gap:0.6em}
+.card{border:1px solid #ddd;border-radius:6px;padding:0.5em;display:flex;flex-direction:column;background:#fff}
+.card[hidden]{display:none}.card img{width:100%;height:125px;object-fit:contain;background:#fafafa;border:0}
+.card h3{font-size:0.85em;margin:0.25em 0 0.1em;line-height:1.25}.card h3 a{color:#222;text-decoration:none}
+.clamp{display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:2;overflow:hidden}.card .ref{font-size:0.7em;color:#666;margin:0}
+.card ul{font-size:0.72em;margin:0.25em 0 0;padding-left:1.1em;line-height:1.3}.card .meta{display:flex;gap:0.4em;align-items:center;margin-top:0.2em}
+.badge{display:inline-block;color:#fff;border-radius:0.8em;padding:0 0.6em;font-size:0.8em;font-weight:600}
+.badge.pass{background:var(--pass)}.badge.fail{background:var(--fail)}.badge.report{background:var(--report)}.badge.skipped{background:var(--skip)}
+.kind{font-size:0.75em;color:#555;border:1px solid #ccc;border-radius:0.8em;padding:0 0.5em}
+table{border-collapse:collapse;margin:0.6em 0;font-size:0.88em}td,th{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.pass{background:#d8f5d8}td.fail{background:#f8d0d0;font-weight:bold}td.report{background:#e6eefc}td.skip{background:#eee}
+details.claim{border-top:2px solid #ddd;margin-top:1em;padding-top:0.4em}details.claim>summary{cursor:pointer;font-size:1.1em;font-weight:600}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:0.5em}
+figure{margin:0}figure img{max-width:100%;border:1px solid #eee}
+figcaption{font-size:0.78em;color:#555}code,pre{background:#f6f6f6;padding:0.1em 0.3em;font-size:0.9em}
 """
+
+SCRIPT = """
+(function(){
+  var state={verdict:'all',kind:'all'};
+  function apply(){
+    var shown=0;
+    document.querySelectorAll('.card').forEach(function(c){
+      var ok=(state.verdict==='all'||c.dataset.verdict===state.verdict)&&(state.kind==='all'||c.dataset.kind===state.kind);
+      c.hidden=!ok; if(ok){shown++;}
+    });
+    document.getElementById('shown').textContent=shown;
+  }
+  document.querySelectorAll('.filters button').forEach(function(b){
+    b.addEventListener('click',function(){
+      var group=b.dataset.group; state[group]=b.dataset.value;
+      document.querySelectorAll('.filters button[data-group="'+group+'"]').forEach(function(o){o.setAttribute('aria-pressed',String(o===b));});
+      apply();
+    });
+  });
+  function openHash(){
+    var id=decodeURIComponent(location.hash.slice(1)); if(!id){return;}
+    var el=document.getElementById(id); if(el&&el.tagName==='DETAILS'){el.open=true; el.scrollIntoView();}
+  }
+  window.addEventListener('hashchange',openHash); openHash(); apply();
+})();
+"""
+
+KIND_LABEL = {"pass/fail": "pass/fail", "report": "report"}
+
+
+def _key_numbers(r: dict, k: int = 2) -> list[str]:
+    """The one or two numbers that matter: the first judged checks (or reported values)."""
+    checks = [c for c in r["checks"] if c.get("passed") is not None] or list(r["checks"])
+    out = []
+    for c in checks[:k]:
+        name = c["name"] if len(c["name"]) <= 80 else c["name"][:77] + "..."
+        threshold = c.get("threshold") or ""
+        tail = f" ({html.escape(str(threshold))})" if threshold and threshold != "(reported)" else ""
+        out.append(f"{html.escape(name)}: <b>{_fmt(c['value'])}</b>{tail}")
+    if r["verdict"] == "skipped":
+        out = [html.escape(r.get("reason", "skipped"))]
+    return out
+
+
+def _card(r: dict) -> str:
+    cid = html.escape(r["id"])
+    figures = r.get("figures", [])
+    hero = (
+        f'<a href="#{cid}"><img src="runs/{cid}/{html.escape(figures[0])}" alt="{cid}: {html.escape(figures[0])}"></a>'
+        if figures
+        else '<a href="#' + cid + '" class="nofig">(no figure)</a>'
+    )
+    nums = "".join(f"<li>{n}</li>" for n in _key_numbers(r))
+    kind = html.escape(r.get("kind", "report"))
+    verdict = html.escape(r["verdict"])
+    return (
+        f'<article class="card" id="card-{cid}" data-verdict="{verdict}" data-kind="{kind}">{hero}'
+        f'<h3 class="clamp"><a href="#{cid}">{html.escape(r.get("title") or r["id"])}</a></h3>'
+        f'<p class="ref clamp" title="{html.escape(r["paper_ref"])}">{cid} &middot; {html.escape(r["paper_ref"])}</p>'
+        f'<div class="meta"><span class="badge {verdict}">{verdict}</span><span class="kind">{kind}</span></div>'
+        f"<ul>{nums}</ul></article>"
+    )
+
+
+def _section(r: dict) -> str:
+    cid = html.escape(r["id"])
+    folder = f"runs/{cid}"
+    rows = "".join(
+        f"<tr><td>{html.escape(c['name'])}</td><td>{_fmt(c['value'])}</td><td>{html.escape(str(c['threshold']))}</td>"
+        f"<td>{_fmt(c.get('n_judged'))}</td>"
+        f"{_verdict_cell(_check_verdict(c['passed']))}<td>{html.escape(c.get('note', '') or '')}</td></tr>"
+        for c in r["checks"]
+    )
+    table = f"<table><tr><th>check</th><th>value</th><th>threshold</th><th>cases judged</th><th>verdict</th><th>note</th></tr>{rows}</table>"
+    if len(r["checks"]) > 6:
+        table = f"<details><summary>{len(r['checks'])} checks</summary>{table}</details>"
+
+    def figure(rel: str, movie: bool = False) -> str:
+        src = f"{folder}/{html.escape(rel)}"
+        vector = Path(rel).with_suffix(".svg").as_posix()
+        link = f' &middot; <a href="{folder}/{html.escape(vector)}">SVG</a>' if not movie and vector in r.get("vectors", []) else ""
+        label = "movie" if movie else "figure"
+        return f'<figure><img src="{src}" alt="{label} {html.escape(rel)}"><figcaption>{html.escape(Path(rel).stem)}{link}</figcaption></figure>'
+
+    figs = "".join(figure(f) for f in r.get("figures", []))
+    movies = "".join(figure(m, movie=True) for m in r.get("movies", []))
+    movies = f"<details><summary>{len(r['movies'])} movie(s)</summary><div class='figs'>{movies}</div></details>" if movies else ""
+    params = html.escape(json.dumps(r["params"], indent=None))
+    reason = f"<p><b>Skipped:</b> {html.escape(r['reason'])}</p>" if r["verdict"] == "skipped" else ""
+    verdict = html.escape(r["verdict"])
+    return (
+        f'<details class="claim" id="{cid}"><summary>{cid}: {html.escape(r.get("title", ""))} '
+        f'<span class="badge {verdict}">{verdict}</span></summary>'
+        f"<p><b>Paper:</b> {html.escape(r['paper_ref'])}. <b>Verdict:</b> {verdict} ({r['seconds']:.1f} s)</p>{reason}"
+        f"<p>{html.escape(r.get('statement', ''))}</p><p><b>Hypotheses:</b> {html.escape(r.get('hypotheses', ''))}</p>"
+        f"<details><summary>Parameters and seeds</summary><pre>{params}</pre></details>"
+        f"{table}<div class='figs'>{figs}</div>{movies}</details>"
+    )
 
 
 def render(records: list[dict], *, quick: bool, seed: int) -> str:
-    rows = []
-    for r in records:
-        checks = r["checks"] or [{"name": r.get("reason", "-"), "value": None, "threshold": "", "passed": None}]
-        for k, c in enumerate(checks):
-            head = (
-                f'<td rowspan="{len(checks)}"><a href="#{html.escape(r["id"])}">{html.escape(r["id"])}</a></td>'
-                f'<td rowspan="{len(checks)}">{html.escape(r["paper_ref"])}</td>'
-                if k == 0
-                else ""
-            )
-            tail = _verdict_cell(r["verdict"]) if k == 0 else ""
-            if k == 0 and len(checks) > 1:
-                tail = tail.replace("<td ", f'<td rowspan="{len(checks)}" ')
-            rows.append(
-                f"<tr>{head}<td>{html.escape(c['name'])}</td><td>{_fmt(c['value'])}</td><td>{html.escape(str(c['threshold']))}</td>"
-                f"{_verdict_cell(_check_verdict(c['passed']))}{tail}</tr>"
-            )
     counts = {v: sum(r["verdict"] == v for r in records) for v in ("pass", "fail", "report", "skipped")}
-    sections = []
-    for r in records:
-        folder = f"runs/{r['id']}"
-        checks = "".join(
-            f"<tr><td>{html.escape(c['name'])}</td><td>{_fmt(c['value'])}</td><td>{html.escape(str(c['threshold']))}</td>"
-            f"<td>{_fmt(c.get('n_judged'))}</td>"
-            f"{_verdict_cell(_check_verdict(c['passed']))}<td>{html.escape(c.get('note', '') or '')}</td></tr>"
-            for c in r["checks"]
-        )
-        figs = "".join(f'<figure><img src="{folder}/{html.escape(f)}" alt="{html.escape(f)}"></figure>' for f in r.get("figures", []))
-        movies = "".join(f'<figure><img src="{folder}/{html.escape(m)}" alt="movie {html.escape(m)}"></figure>' for m in r.get("movies", []))
-        params = html.escape(json.dumps(r["params"], indent=None))
-        reason = f"<p><b>Skipped:</b> {html.escape(r['reason'])}</p>" if r["verdict"] == "skipped" else ""
-        sections.append(
-            f'<section id="{html.escape(r["id"])}"><h2>{html.escape(r["id"])}: {html.escape(r.get("title", ""))}</h2>'
-            f"<p><b>Paper:</b> {html.escape(r['paper_ref'])}. <b>Verdict:</b> {html.escape(r['verdict'])} "
-            f"({r['seconds']:.1f} s)</p>{reason}<p>{html.escape(r.get('statement', ''))}</p>"
-            f"<p><b>Hypotheses:</b> {html.escape(r.get('hypotheses', ''))}</p>"
-            f"<p><b>Parameters and seeds:</b> <code>{params}</code></p>"
-            f"<table><tr><th>check</th><th>value</th><th>threshold</th><th>cases judged</th><th>verdict</th><th>note</th></tr>{checks}</table>"
-            f"{figs}{movies}</section>"
-        )
+    verdict_buttons = "".join(
+        f'<button type="button" data-group="verdict" data-value="{v}" aria-pressed="{str(v == "all").lower()}">{v}'
+        + (f" ({counts[v]})" if v in counts else f" ({len(records)})")
+        + "</button>"
+        for v in ("all", "pass", "fail", "report", "skipped")
+    )
+    kind_buttons = "".join(
+        f'<button type="button" data-group="kind" data-value="{k}" aria-pressed="{str(k == "all").lower()}">{k}</button>'
+        for k in ("all", "pass/fail", "report")
+    )
     size = "quick" if quick else "full"
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attndyn: reproduction report</title>"
-        f"<style>{CSS}</style></head><body>"
-        "<h1>The emergence of clusters in self-attention dynamics: reproduction report</h1>"
-        f"<p>attndyn {html.escape(__version__)}, {size} run, base seed {seed}. Geshkovski, Letrouit, Polyanskiy, Rigollet, "
-        "NeurIPS 2023 (arXiv:2305.05465v6). Each claim is checked numerically; conjectures and open problems carry the "
-        "verdict <i>report</i>: values, no judgement. A failing check is shown as failing.</p>"
-        f"<p><b>{counts['pass']}</b> pass, <b>{counts['fail']}</b> fail, <b>{counts['report']}</b> report, "
-        f"<b>{counts['skipped']}</b> skipped.</p>"
-        "<table><tr><th>claim</th><th>paper reference</th><th>check</th><th>measured value</th><th>threshold</th>"
-        f"<th>check verdict</th><th>claim verdict</th></tr>{''.join(rows)}</table>{''.join(sections)}</body></html>"
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+        f"<title>attndyn: reproduction report</title><link rel='icon' href='data:,'><style>{CSS}</style></head><body>"
+        "<header><h1>The emergence of clusters in self-attention dynamics: reproduction report</h1>"
+        "<p>Tokens move under self-attention, x_i' = sum_j softmax_j(beta &lt;Q x_i, K x_j&gt;) V x_j, and gather into clusters "
+        "whose shape is set by the spectrum of V (Geshkovski, Letrouit, Polyanskiy, Rigollet, NeurIPS 2023, arXiv:2305.05465v6, "
+        "and its successors). Each card is one claim, checked numerically: <i>pass</i>/<i>fail</i> for theorems, <i>report</i> "
+        "(values, no judgement) for conjectures and exploratory runs. Click a card for its section.</p>"
+        f"<p>attndyn {html.escape(__version__)}, {size} run, base seed {seed}: <b>{counts['pass']}</b> pass, "
+        f"<b>{counts['fail']}</b> fail, <b>{counts['report']}</b> report, <b>{counts['skipped']}</b> skipped.</p></header>"
+        f"<nav class='filters' aria-label='filter claims'>verdict: {verdict_buttons} &nbsp; kind: {kind_buttons}"
+        f" &nbsp; <span><span id='shown'>{len(records)}</span> shown</span></nav>"
+        f"<main><div class='grid'>{''.join(_card(r) for r in records)}</div>"
+        f"<h2>Claims in detail</h2>{''.join(_section(r) for r in records)}</main>"
+        f"<script>{SCRIPT}</script></body></html>"
     )
 
 

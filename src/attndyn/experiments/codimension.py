@@ -108,7 +108,7 @@ def figures(result: Result) -> dict:
             title=f"V = O diag(1, 0.6, -0.3) O^T: unstable coordinate {k + 1}",
         )
         if np.isfinite(horizon):
-            fig.axes[0].axvline(horizon, color="crimson", ls="--", lw=1, label="precision horizon")
+            fig.axes[0].axvline(horizon, color="#D55E00", ls="--", lw=1, label="precision horizon")
             fig.axes[0].legend(fontsize=9)
         figs[f"unstable_{k}"] = fig
     return figs

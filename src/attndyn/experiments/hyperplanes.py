@@ -178,7 +178,7 @@ def figures(result: Result) -> dict:
         ax = fig.axes[0]
         xs = np.linspace(*ax.get_xlim(), 2)
         for level in (float(c[-1].min()), float(c[-1].max())):
-            ax.plot(xs, (level - phi_star[0] * xs) / phi_star[1], ":", color="navy", lw=1)
+            ax.plot(xs, (level - phi_star[0] * xs) / phi_star[1], ":", color="#0072B2", lw=1)
         figs["trajectories_V2"] = fig
     return figs
 

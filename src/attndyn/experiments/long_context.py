@@ -100,6 +100,6 @@ def figures(result: Result) -> dict:
         line.set_label(label)
     ax.axhline(rho, color="gray", ls=":", lw=1)
     ax.axhline(1.0, color="gray", ls=":", lw=1)
-    ax.plot([1.0], [4 * rho / (1 + 3 * rho)], "o", color="crimson", label="4 rho / (1 + 3 rho)")
+    ax.plot([1.0], [4 * rho / (1 + 3 * rho)], "o", color="#D55E00", label="4 rho / (1 + 3 rho)")
     ax.legend(fontsize=8)
     return {"cosine_vs_gamma": fig}

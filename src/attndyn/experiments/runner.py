@@ -161,6 +161,7 @@ def run_claim(
     movies = [p.name for p in module.movies(result, folder)] if hasattr(module, "movies") else []
     record = result_record(result, seconds, quick, seed)
     record["figures"] = names
+    record["vectors"] = [str(Path(n).with_suffix(".svg")) for n in names]
     record["movies"] = movies
     write_json(folder / "result.json", record)
     write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})

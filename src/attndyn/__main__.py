@@ -1,0 +1,5 @@
+"""``python -m attndyn``: the same command line as the ``attndyn`` script."""
+
+from attndyn.cli import app
+
+app(prog_name="attndyn")
