@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import EIG_RTOL, left_eigenvector, paranormal_split, top_eigen_status
+from .geometry import EIG_RTOL, eigenvalues, left_eigenvector, paranormal_split, top_eigen_status
 from .weights import Weights, to_numpy
 
 REGIMES = (
@@ -70,7 +70,7 @@ def is_spd(M: np.ndarray) -> bool:
 
 def _unstable_eigs(V: np.ndarray) -> tuple[int, bool]:
     """(k, simple): the number of eigenvalues with Re > 0, and whether they are all simple."""
-    w = np.linalg.eigvals(V)
+    w = eigenvalues(V)
     pos = w[w.real > EIG_RTOL * max(np.abs(w).max(), 1e-300)]
     k = len(pos)
     scale = max(np.abs(w).max(), 1e-300)
@@ -80,7 +80,7 @@ def _unstable_eigs(V: np.ndarray) -> tuple[int, bool]:
 
 def _conjecture(V: np.ndarray) -> str | None:
     k, simple = _unstable_eigs(V)
-    w = np.linalg.eigvals(V)
+    w = eigenvalues(V)
     lead = w[np.argmax(np.abs(w))]
     # With a complex leading eigenvalue the paper expects no clustering at all (SPEC §2.4, and its
     # `none` example in §2.6a), so the conjecture is applied only when the leading eigenvalue is real.
@@ -211,7 +211,7 @@ def head_spectra(weights: Weights, *, beta: float = 1.0) -> list[HeadSpectrum]:
         out.append(
             HeadSpectrum(
                 h,
-                np.linalg.eigvals(V),
+                eigenvalues(V),
                 np.linalg.eigvalsh((B + B.T) / 2),
                 top_ok,
                 qk,
