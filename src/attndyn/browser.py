@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from .io import atomic_write_bytes
 
@@ -35,7 +36,7 @@ def find_chromium() -> str | None:
     return None
 
 
-def launch(playwright):
+def launch(playwright: Any) -> Any:
     """A headless Chromium browser from a started ``sync_playwright()`` context."""
     path = find_chromium()
     if path is None:

@@ -10,14 +10,11 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-if TYPE_CHECKING:
-    from .dynamics import Model
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-attention dynamics: simulate, analyse, reproduce.")
 err_console = Console(stderr=True)
@@ -80,82 +77,29 @@ def simulate(
     config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ) -> None:
-    """Simulate the dynamics of a config and write a run folder."""
-    from . import __version__
-    from . import simulate as run_simulation
-    from .config import ConfigError, build, load_config
-    from .io import write_json, write_npz
-    from .weights import to_numpy
+    """Simulate a config and write a run folder."""
+    from . import runs
+    from .config import ConfigError, load_config
+    from .io import RunFolderError
 
     try:
         cfg = load_config(config)
-        setup = build(cfg)
     except ConfigError as err:
         fail(f"{config}: {err}")
     if out.exists() and not out.is_dir():
         fail(f"--out {str(out)!r} exists and is not a folder")
-    start = time.perf_counter()
-    t0, t1 = float(setup.ts[0]), float(setup.ts[-1])
     try:
-        with delayed_progress("simulate", t1 - t0) as update:
-            traj = run_simulation(
-                setup.model,
-                setup.x0,
-                setup.ts,
-                solver=setup.solver,
-                step=setup.step,
-                max_steps=setup.max_steps,
-                progress=lambda t: update(t - t0),
-            )
+        with delayed_progress("simulate", cfg.solver.t1) as update:
+            run = runs.execute(cfg, progress=update)
+    except ConfigError as err:
+        fail(f"{config}: {err}")
     except (FloatingPointError, RuntimeError) as err:
         fail(f"simulation stopped: {err}")
-    wall = time.perf_counter() - start
-    ts, xs = traj.numpy()  # host float64 whatever the run's device and dtype
-    out.mkdir(parents=True, exist_ok=True)
-    # summary.json goes last: its presence marks a complete run folder.
-    (out / "summary.json").unlink(missing_ok=True)
-    write_json(out / "config.json", cfg.model_dump(mode="json"))
-    w = setup.model.weights
-    arrays = {"ts": ts, "xs": xs, "Q": to_numpy(w.Q), "K": to_numpy(w.K), "V": to_numpy(w.V)}
-    if w.ff is not None:
-        arrays["W"] = to_numpy(w.ff.W)
-        if w.ff.bias is not None:
-            arrays["bias"] = to_numpy(w.ff.bias)
-    write_npz(out / "trajectory.npz", **arrays)
-    from . import plots
-
-    variable = "z" if setup.model.rescaled else "x"
-    plots.save(
-        plots.trajectories(ts, xs, variable=variable, title=f"{cfg.n} tokens, d = {cfg.d}, {variable}-form"),
-        out / "trajectory.png",
-    )
-    write_json(
-        out / "summary.json",
-        {
-            "version": __version__,
-            "seed": cfg.seed,
-            "stats": traj.stats,
-            "wall_seconds": round(wall, 4),
-            "n": cfg.n,
-            "d": cfg.d,
-            "t1": t1,
-            "saves": len(ts),
-            "variable": variable,
-        },
-    )
-    console.print(f"wrote {out} ({traj.stats['steps']} steps, {traj.stats['nfev']} evaluations, {wall:.2f} s)")
-
-
-def model_from_run(run: dict) -> Model:
-    """Rebuild the Model of a run folder from its resolved config and stored weights."""
-    from . import FeedForward, Model, Weights
-
-    arrays, cfg = run["arrays"], run["config"]
-    ff = None
-    spec = cfg.get("weights", {}).get("feedforward")
-    if spec is not None:
-        ff = FeedForward(arrays["W"], spec["sigma"], arrays.get("bias"), spec.get("bias_inside", True))
-    return Model(Weights(arrays["Q"], arrays["K"], arrays["V"], ff), **cfg["model"])
+    try:
+        runs.write(run, out)
+    except RunFolderError as err:
+        fail(str(err))
+    console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)")
 
 
 @app.command()
@@ -163,7 +107,10 @@ def meanfield(
     config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ) -> None:
-    """Solve the mean-field equation on the circle (SPEC §8.8) and write a run folder with figures."""
+    """Solve the mean-field equation on the circle (SPEC §8.8).
+
+    Writes a run folder with the density, its figures and a movie.
+    """
     import numpy as np
 
     from . import __version__, plots
@@ -217,25 +164,96 @@ def meanfield(
     console.print(f"wrote {out} ({sol.steps} steps, {wall:.2f} s)")
 
 
+@app.command(context_settings={"allow_extra_args": False})
+def sweep(
+    target: Annotated[str, typer.Argument(help="SWEEP.toml to run, or 'export' / 'plot' followed by the sweep folder.")],
+    folder: Annotated[Path | None, typer.Argument(help="With export or plot: the sweep folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Sweep folder to write (running) or file to write (export, plot).")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Dask worker processes (0: in-process; default: one per core).")] = None,
+    scheduler: Annotated[str | None, typer.Option("--scheduler", help="Address of an existing Dask scheduler (tcp://host:port).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="export: netcdf, zarr or csv.")] = "netcdf",
+    measure: Annotated[str | None, typer.Option("--measure", help="plot: the measure to draw.")] = None,
+    x: Annotated[str | None, typer.Option("--x", help="plot: the horizontal axis (a grid key or t).")] = None,
+    y: Annotated[str | None, typer.Option("--y", help="plot: the vertical axis (a grid key or t).")] = None,
+) -> None:
+    """Run, export or plot a resumable parameter sweep (Dask).
+
+    attndyn sweep SWEEP.toml --out DIR [--workers N | --scheduler ADDRESS]; attndyn sweep export DIR
+    --format netcdf|zarr|csv; attndyn sweep plot DIR --measure M --x KEY --y KEY. Exit 1 when a task
+    failed (the others are kept), 2 on a bad file or a changed sweep on an existing folder.
+    """
+    from . import sweep as sw
+
+    if target in ("export", "plot"):
+        if folder is None:
+            fail(f"attndyn sweep {target} needs the sweep folder")
+        try:
+            if target == "export":
+                path = sw.export(folder, fmt, out)
+            else:
+                if not (measure and x and y):
+                    fail("attndyn sweep plot needs --measure, --x and --y")
+                from . import plots
+
+                path = plots.save(sw.heatmap(folder, measure, x, y), out or folder / f"{measure}_{x}_{y}.png")
+        except sw.SweepError as err:
+            fail(str(err))
+        console.print(f"wrote {path}")
+        return
+    if folder is not None:
+        fail(f"unexpected argument {str(folder)!r}: run a sweep with `attndyn sweep SWEEP.toml --out DIR`")
+    if out is None:
+        fail("attndyn sweep SWEEP.toml needs --out DIR")
+    if workers is not None and workers < 0:
+        fail(f"--workers {workers} must be >= 0")
+    with Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            summary = sw.run(target, out, workers=workers, scheduler=scheduler, progress=update)
+        except sw.SweepError as err:
+            bar.stop()
+            fail(f"{target}: {err}")
+    console.print(
+        f"{summary.done} of {summary.total} tasks done ({summary.ran} run now, {summary.failed} failed) in {summary.seconds:.1f} s; "
+        f"ledger {out / sw.LEDGER}"
+    )
+    for task_id, error in summary.errors:
+        err_console.print(f"task {task_id} failed: {error}", markup=False, highlight=False)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
 @app.command()
 def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]) -> None:
-    """Analyse a run folder: regime, limits, attention structure; writes RUN_DIR/analysis.json."""
+    """Analyse a run folder: regime, limits, attention.
+
+    Writes RUN_DIR/analysis.json.
+    """
     import torch
     from rich.table import Table
 
-    from . import Trajectory
+    from . import Trajectory, runs
     from .analysis import analyze as run_analysis
-    from .io import RunFolderError, load_run, write_json
+    from .io import RunFolderError, write_json
 
     try:
-        run = load_run(run_dir)
-        model = model_from_run(run)
-    except (RunFolderError, KeyError, TypeError, ValueError) as err:
+        run = runs.read(run_dir)
+    except RunFolderError as err:
         fail(f"cannot read run folder {str(run_dir)!r}: {err}")
-    arrays = run["arrays"]
-    traj = Trajectory(torch.from_numpy(arrays["ts"]), torch.from_numpy(arrays["xs"]), variable=run["summary"].get("variable", "x"))
+    traj = Trajectory(torch.from_numpy(run.ts), torch.from_numpy(run.xs), variable=run.variable)
     try:
-        result = run_analysis(traj, model)
+        result = run_analysis(traj, run.model)
     except ValueError as err:
         fail(f"cannot analyse {str(run_dir)!r}: {err}")
     write_json(run_dir / "analysis.json", result.to_dict())
@@ -267,7 +285,7 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
 
 @app.command("list")
 def list_claims() -> None:
-    """List the claims that `attndyn reproduce` checks, with their paper references."""
+    """List the claims and their paper references."""
     from rich.table import Table
 
     from .experiments import EXPERIMENTS, load
@@ -304,7 +322,10 @@ def reproduce(
     device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
 ) -> None:
-    """Run the claims of the paper and write DIR/index.html and DIR/results.json."""
+    """Check the claims and write the report.
+
+    Writes DIR/runs/CLAIM/, DIR/results.json, DIR/index.html and, with a Chromium, DIR/preview.png.
+    """
     from .experiments import EXPERIMENTS, load
     from .experiments.runner import run_claim
     from .report import ReportError, build
@@ -364,7 +385,10 @@ def _preview(page: Path) -> None:
 
 @app.command()
 def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]) -> None:
-    """Rebuild DIR/index.html and DIR/results.json from the run folders, without recomputing."""
+    """Rebuild the report from its run folders.
+
+    Rewrites DIR/index.html and DIR/results.json without recomputing.
+    """
     from .experiments import EXPERIMENTS
     from .report import ReportError, build
 
@@ -378,9 +402,9 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
 
 @app.command()
 def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder written by `attndyn reproduce` (DIR/runs/CLAIM).")]) -> None:
-    """Recompute a claim's checks and verdict from its saved arrays and config, without simulating.
+    """Recompute a claim's verdict from its saved arrays.
 
-    Exits 0 on pass or report, 1 on fail, 2 on an unreadable or incomplete folder.
+    Uses the run folder's arrays and config, without simulating. Exits 0 on pass or report, 1 on fail, 2 on an unreadable or incomplete folder.
     """
     from rich.table import Table
 
@@ -415,7 +439,10 @@ def checkpoint(
     device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
 ) -> None:
-    """Spectra of every head of a trained checkpoint, and the dynamics its weights drive vs its hidden states."""
+    """Head spectra and dynamics of a trained checkpoint.
+
+    Spectra of every head, and the dynamics its weights drive against its hidden states.
+    """
     from .checkpoint_report import checkpoint_report
     from .checkpoints import CheckpointError
 

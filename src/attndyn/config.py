@@ -4,8 +4,8 @@ Contract
 --------
 ``load_config(path)`` reads a TOML file into :class:`SimulationConfig`; ``build(config)``
 returns a :class:`Setup` with the model, the initial state, the solver, the step control and the
-save times. Random draws use ``numpy.random.default_rng(config.seed)`` in a fixed order: x0,
-then Q, K, V per head, then the feed-forward W. Strings from the file are resolved to library
+save times. Random draws come from one stream per role (x0, Q, K, V, feed-forward W), each
+``numpy.random.SeedSequence(seed, spawn_key=(role,))`` (:func:`rng_for`): changing n changes x0 only. Strings from the file are resolved to library
 objects here, once (the library itself takes typed objects). An edge module: it imports pydantic.
 
 Matrix specs (``kind``): ``identity``, ``scaled_identity`` (``scale``), ``diagonal``
@@ -289,18 +289,29 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+ROLES = {"x0": 0, "Q": 1, "K": 2, "V": 3, "ff": 4}
+
+
+def rng_for(seed: int, role: str) -> np.random.Generator:
+    """The random stream of one role (``x0``, ``Q``, ``K``, ``V``, ``ff``) of a seed.
+
+    ``SeedSequence(seed, spawn_key=(k,))`` per role: the streams are independent, and changing n or
+    d (which changes how many numbers x0 draws) leaves every other role's draws unchanged.
+    """
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROLES[role],)))
+
+
 def build(config: SimulationConfig) -> Setup:
     """Resolve a config into library objects. Raises ConfigError (one line) when inconsistent."""
-    rng = np.random.default_rng(config.seed)
-    d, w = config.d, config.weights
+    d, w, seed = config.d, config.weights, config.seed
     try:
-        x0 = initial_state(config, rng)
-        Q = matrix(w.Q, w.heads, d, rng, "weights.Q", square=False)
-        K = matrix(w.K, w.heads, d, rng, "weights.K", square=False)
-        V = matrix(w.V, w.heads, d, rng, "weights.V", square=True)
+        x0 = initial_state(config, rng_for(seed, "x0"))
+        Q = matrix(w.Q, w.heads, d, rng_for(seed, "Q"), "weights.Q", square=False)
+        K = matrix(w.K, w.heads, d, rng_for(seed, "K"), "weights.K", square=False)
+        V = matrix(w.V, w.heads, d, rng_for(seed, "V"), "weights.V", square=True)
         ff = None
         if w.feedforward is not None:
-            W = matrix(w.feedforward.W, 1, d, rng, "weights.feedforward.W", square=True)[0]
+            W = matrix(w.feedforward.W, 1, d, rng_for(seed, "ff"), "weights.feedforward.W", square=True)[0]
             ff = FeedForward(W, w.feedforward.sigma, w.feedforward.bias, w.feedforward.bias_inside)
         model = Model(Weights(Q, K, V, ff), **config.model.model_dump())
         s = config.solver

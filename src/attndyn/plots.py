@@ -495,3 +495,29 @@ def density_movie(path: str | Path, ts: np.ndarray, theta: np.ndarray, rho: np.n
         ax.set_title(f"{title}, t = {ts[frames[k]]:.3g}", fontsize=10)
 
     return write_gif(path, setup, update, len(frames), figsize=(5.5, 3.5))
+
+
+@styled
+def grid_heatmap(
+    x: np.ndarray, y: np.ndarray, values: np.ndarray, *, xlabel: str, ylabel: str, label: str, title: str = "", curve: dict | None = None
+) -> Figure:
+    """``values`` ``(len(y), len(x))`` as a heat map over two sweep axes, with optional overlaid curves (label -> (x, y))."""
+    fig, ax = _subplots(figsize=(6.5, 4.2))
+    numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in (x, y)]
+    xs = np.asarray(x, dtype=float) if numeric[0] else np.arange(len(x))
+    ys = np.asarray(y, dtype=float) if numeric[1] else np.arange(len(y))
+    image = ax.pcolormesh(xs, ys, np.asarray(values, dtype=float), shading="nearest", cmap=_cmap("viridis"))
+    fig.colorbar(image, ax=ax, label=label)
+    if not numeric[0]:
+        ax.set_xticks(xs, [str(v) for v in x])
+    if not numeric[1]:
+        ax.set_yticks(ys, [str(v) for v in y])
+    for k, (name, (cx, cy)) in enumerate((curve or {}).items()):
+        ax.plot(cx, cy, "--", color=["white", "#D55E00", "#E69F00"][k % 3], lw=1.5, label=name)
+    if curve:
+        ax.legend(fontsize=8, loc="upper left")
+        ax.set_ylim(ys.min(), ys.max())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
+    return fig

@@ -33,7 +33,9 @@ def model(beta: float, *, usa: bool = False) -> ad.Model:
     return ad.Model(ad.Weights.identity(2), beta=beta, geometry="sphere", attention="fused")
 
 
-def run(theta0: np.ndarray, beta: float, t1: float, *, dt: float, saves: int, usa: bool = False, engine: ExperimentConfig | None = None):
+def run(
+    theta0: np.ndarray, beta: float, t1: float, *, dt: float, saves: int, usa: bool = False, engine: ExperimentConfig | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """RK4 with step ``dt`` from angles ``theta0`` ``(S, n)``; returns ``(ts, theta)`` with theta ``(T, S, n)``."""
     ts, xs = simulate_batch(model(beta, usa=usa), to_plane(np.asarray(theta0, dtype=np.float64)), t1, dt=dt, saves=saves, engine=engine)
     return ts, angles(xs)
@@ -57,6 +59,6 @@ def seeds_for(ns: list[int], budget: int) -> list[int]:
     return [max(16, budget * n0 // n) for n in ns]
 
 
-def loglog_slope(ns, errors) -> float:
+def loglog_slope(ns: np.ndarray | list, errors: np.ndarray | list) -> float:
     """The fitted exponent p of errors ~ C n^p."""
     return float(np.polyfit(np.log(np.asarray(ns, dtype=float)), np.log(np.asarray(errors, dtype=float)), 1)[0])

@@ -41,7 +41,7 @@ QUICK = {"ns": [16, 32, 64, 128, 256], "budget": 512}
 SAVES = 31
 
 
-def wrapped_cauchy(rng: np.random.Generator, R0: float, shape) -> np.ndarray:
+def wrapped_cauchy(rng: np.random.Generator, R0: float, shape: tuple[int, ...]) -> np.ndarray:
     """Samples of the wrapped Cauchy law with order parameter R0 (scale -log R0), mean 0."""
     return np.mod(-math.log(R0) * np.tan(math.pi * (rng.random(shape) - 0.5)), 2 * math.pi)
 

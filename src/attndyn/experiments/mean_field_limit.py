@@ -44,7 +44,7 @@ class Config(ExperimentConfig):
 QUICK = {"ns": [16, 32, 64, 128, 256], "budget": 256, "dt": 0.1}
 
 
-def sample(rng: np.random.Generator, config: Config, shape) -> np.ndarray:
+def sample(rng: np.random.Generator, config: Config, shape: tuple[int, ...]) -> np.ndarray:
     comp = rng.choice(len(config.weights), size=shape, p=np.asarray(config.weights) / np.sum(config.weights))
     mu = np.asarray(config.means)[comp]
     kappa = np.asarray(config.kappas)[comp]

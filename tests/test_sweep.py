@@ -1,0 +1,316 @@
+"""Sweeps (issue 10): validation, batching, Dask equal to in-process, resume after a killed driver,
+a killed worker, a changed sweep file refused, a failing task recorded, results as labelled arrays."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attndyn import runs, sweep
+from attndyn.cli import app
+from attndyn.config import parse_config
+
+xr = pytest.importorskip("xarray")
+
+BASE = """
+seed = 0
+n = 8
+d = 3
+[init]
+kind = "sphere"
+[model]
+beta = 1.0
+geometry = "sphere"
+[solver]
+method = "rk4"
+dt = 0.05
+t1 = 2.0
+save_every = 0.5
+"""
+
+
+def write_sweep(folder, grid: str, extra: str = "", base: str = BASE) -> str:
+    (folder / "base.toml").write_text(base)
+    path = folder / "sweep.toml"
+    path.write_text(f'base = "base.toml"\n{extra}\n[grid]\n{grid}\n')
+    return str(path)
+
+
+GRID = '"model.beta" = [1.0, 2.0, 4.0]\nseed = [0, 1, 2]'
+
+
+# --- the sweep file ----------------------------------------------------------------------------------
+
+
+def test_grid_expands_into_tasks_batched_over_seeds(tmp_path):
+    s = sweep.load_spec(write_sweep(tmp_path, GRID, 'measures = ["pair_fraction", "cluster_count"]'))
+    assert len(s.points) == 9
+    assert [len(t) for t in s.tasks] == [3, 3, 3]  # one task per beta, its seeds batched
+    assert {json.dumps(s.points[p].coords["model.beta"]) for p in s.tasks[1]} == {"2.0"}
+    assert s.ts == [0.0, 0.5, 1.0, 1.5, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("grid", "extra", "needle"),
+    [
+        (GRID, "colour = 1", "unknown key 'colour'"),
+        ("", "", "non-empty [grid]"),
+        ('"model.beta" = []', "", "non-empty list"),
+        ('"model.bta" = [1.0]', "", "bta"),
+        ('"model.rescaled" = [true]', "", "rescaled"),  # impossible with geometry = sphere
+        ('"model.beta" = [-1.0]', "", "beta"),
+        ("seed = [0, 0]", "", "repeats"),
+        (GRID, 'measures = ["entropy"]', "unknown measure 'entropy'"),
+        ('"solver.t1" = [1.0, 2.0]', "", "save times"),
+    ],
+)
+def test_bad_sweep_files_are_refused_naming_the_key(tmp_path, grid, extra, needle):
+    path = write_sweep(tmp_path, grid, extra)
+    with pytest.raises(sweep.SweepError, match=__import__("re").escape(needle)):
+        sweep.load_spec(path)
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) <= 3  # one sentence (wrapped at most)
+
+
+def test_measures_against_direct_computation(tmp_path):
+    measures = 'measures = ["pair_fraction", "energy", "time_to_one_cluster", "cluster_count"]'
+    long = BASE.replace("t1 = 2.0", "t1 = 30.0").replace("dt = 0.05", "dt = 0.1").replace("save_every = 0.5", "save_every = 2.0")
+    path = write_sweep(tmp_path, '"model.beta" = [1.0, 9.0]\nseed = [3]', measures, long)
+    summary = sweep.run(path, tmp_path / "out", workers=0)
+    assert summary.done == summary.total == 2
+    ds = sweep.load(tmp_path / "out")
+    # the same point simulated alone, measures recomputed by hand
+    cfg = json.loads(json.dumps(sweep.load_spec(path).points[1].config))
+    run = runs.execute(parse_config(cfg))
+    x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
+    G = np.einsum("tid,tjd->tij", x, x)
+    iu = np.triu_indices(8, 1)
+    np.testing.assert_allclose(ds["pair_fraction"].sel({"model.beta": 9.0, "seed": 3}).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
+    np.testing.assert_allclose(ds["energy"].sel({"model.beta": 9.0, "seed": 3}).values, np.exp(9.0 * (G - 1)).mean((1, 2)), rtol=1e-12)
+    # beta = 1 collapses to one point by t = 30 (one cluster, a finite time); beta = 9 is still metastable
+    assert ds["cluster_count"].sel({"model.beta": 1.0}).item() == 1.0
+    assert np.isfinite(ds["time_to_one_cluster"].sel({"model.beta": 1.0}).item())
+    assert ds["cluster_count"].sel({"model.beta": 9.0}).item() > 1
+
+
+# --- execution -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_worker_local_cluster_equals_in_process(tmp_path):
+    path = write_sweep(tmp_path, GRID, 'measures = ["pair_fraction", "cluster_count", "boolean_distance"]')
+    a = sweep.run(path, tmp_path / "dask", workers=2)
+    b = sweep.run(path, tmp_path / "local", workers=0)
+    assert a.done == b.done == 3
+    da, db = sweep.load(tmp_path / "dask"), sweep.load(tmp_path / "local")
+    for name in da.data_vars:
+        np.testing.assert_array_equal(da[name].values, db[name].values)
+
+
+def ledger_rows(folder):
+    db = sqlite3.connect(folder / sweep.LEDGER)
+    try:
+        tasks = {t: (status, attempts) for t, status, attempts in db.execute("SELECT task_id, status, attempts FROM tasks")}
+        points = [p for (p,) in db.execute("SELECT point_id FROM results")]
+    finally:
+        db.close()
+    return tasks, points
+
+
+@pytest.mark.slow
+def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
+    grid = '"model.beta" = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]\nseed = [0, 1]'
+    path = write_sweep(tmp_path, grid, "", BASE.replace("t1 = 2.0", "t1 = 6.0"))
+    out = tmp_path / "out"
+    kill_after = int(np.random.default_rng(int(time.time())).integers(1, 8))  # a random point of the run
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attndyn", "sweep", path, "--out", str(out), "--workers", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (out / sweep.LEDGER).exists():
+                try:
+                    tasks, _ = ledger_rows(out)
+                except sqlite3.OperationalError:
+                    tasks = {}
+                if sum(s == "done" for s, _ in tasks.values()) >= kill_after:
+                    break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    before, _ = ledger_rows(out)
+    finished = {t for t, (s, _) in before.items() if s == "done"}
+    assert 1 <= len(finished) < 10, before
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(out), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    after, points = ledger_rows(out)
+    assert all(s == "done" for s, _ in after.values())
+    assert sorted(points) == list(range(20))  # every grid point exactly once
+    assert all(after[t][1] == 1 for t in finished)  # what was done was not recomputed
+    reference = tmp_path / "reference"
+    sweep.run(path, reference, workers=0)
+    for name in ("pair_fraction",):
+        np.testing.assert_array_equal(sweep.load(out)[name].values, sweep.load(reference)[name].values)
+
+
+FAULTS = textwrap.dedent(
+    """
+    import os
+    import signal
+    from pathlib import Path
+
+    from attndyn.sweep import pair_fraction
+
+
+    def die_once(ts, xs, model, options):
+        mark = Path(os.environ["ATTNDYN_TEST_MARK"])
+        if model.beta == 2.0 and not mark.exists():
+            mark.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-task
+        return pair_fraction(ts, xs, model, options)
+
+
+    def fail_at_beta_2(ts, xs, model, options):
+        if model.beta == 2.0:
+            raise ValueError("deliberate failure at beta = 2")
+        return pair_fraction(ts, xs, model, options)
+    """
+)
+
+
+@pytest.fixture
+def faults(tmp_path, monkeypatch):
+    (tmp_path / "sweep_faults.py").write_text(FAULTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("ATTNDYN_TEST_MARK", str(tmp_path / "killed.mark"))
+    yield tmp_path
+    sys.modules.pop("sweep_faults", None)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_retried(tmp_path, faults):
+    path = write_sweep(tmp_path, GRID, 'measures = ["sweep_faults:die_once"]')
+    summary = sweep.run(path, tmp_path / "out", workers=2)
+    assert (tmp_path / "killed.mark").read_text() == "killed"  # a worker did die
+    assert summary.done == 3
+    assert summary.failed == 0
+    assert np.isfinite(sweep.load(tmp_path / "out")["sweep_faults:die_once"].values).all()
+
+
+def test_a_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, faults):
+    path = write_sweep(tmp_path, GRID, 'measures = ["sweep_faults:fail_at_beta_2"]')
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out"), "--workers", "0"])
+    assert result.exit_code == 1
+    assert "deliberate failure at beta = 2" in result.output
+    tasks, points = ledger_rows(tmp_path / "out")
+    assert sorted(s for s, _ in tasks.values()) == ["done", "done", "failed"]
+    assert len(points) == 6
+    ds = sweep.load(tmp_path / "out")
+    values = ds["sweep_faults:fail_at_beta_2"]
+    assert np.isnan(values.sel({"model.beta": 2.0}).values).all()
+    assert np.isfinite(values.sel({"model.beta": 4.0}).values).all()
+
+
+def test_a_changed_sweep_file_is_refused_naming_what_changed(tmp_path):
+    path = write_sweep(tmp_path, '"model.beta" = [1.0]\nseed = [0]')
+    assert CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out")]).exit_code == 0
+    write_sweep(tmp_path, '"model.beta" = [1.0, 2.0]\nseed = [0]')
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "model.beta" in result.output
+    # the same file again: nothing to do, nothing recomputed
+    write_sweep(tmp_path, '"model.beta" = [1.0]\nseed = [0]')
+    again = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out")])
+    assert again.exit_code == 0
+    assert "0 run now" in again.output
+
+
+# --- results -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["netcdf", "zarr", "csv"])
+def test_export_round_trips(tmp_path, fmt):
+    path = write_sweep(tmp_path, '"model.beta" = [1.0, 4.0]\nseed = [0, 1]', 'measures = ["pair_fraction", "cluster_count"]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    ds = sweep.load(tmp_path / "out")
+    result = CliRunner().invoke(app, ["sweep", "export", str(tmp_path / "out"), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    target = tmp_path / "out" / {"netcdf": "results.nc", "zarr": "results.zarr", "csv": "results.csv"}[fmt]
+    if fmt == "netcdf":
+        back = xr.open_dataset(target, engine="scipy")
+        np.testing.assert_array_equal(back["pair_fraction"].values, ds["pair_fraction"].values)
+        back.close()
+    elif fmt == "zarr":
+        back = xr.open_zarr(target)
+        np.testing.assert_array_equal(back["cluster_count"].values, ds["cluster_count"].values)
+    else:
+        lines = target.read_text().splitlines()
+        assert lines[0].split(",")[:3] == ["model.beta", "seed", "t"]
+        assert len(lines) == 1 + 2 * 2 * 5
+
+
+def test_heatmap_command(tmp_path):
+    path = write_sweep(tmp_path, '"model.beta" = [1.0, 2.0, 4.0]\nseed = [0, 1]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    result = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.beta", "--y", "t"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "pair_fraction_model.beta_t.png").is_file()
+    bad = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.bta", "--y", "t"])
+    assert bad.exit_code == 2
+    assert "model.bta" in bad.output
+
+
+# --- one run as a library unit, seed streams -------------------------------------------------------------
+
+
+def test_seed_streams_keep_the_weights_when_n_changes():
+    def cfg(n):
+        return parse_config(
+            {
+                "seed": 7,
+                "n": n,
+                "d": 3,
+                "weights": {
+                    "Q": {"kind": "random", "dist": "gaussian"},
+                    "K": {"kind": "random", "dist": "gaussian"},
+                    "V": {"kind": "random", "dist": "goe"},
+                },
+                "solver": {"dt": 0.1, "t1": 0.1},
+            }
+        )
+
+    from attndyn.config import build
+
+    a, b = build(cfg(5)), build(cfg(9))
+    for name in ("Q", "K", "V"):
+        np.testing.assert_array_equal(getattr(a.model.weights, name).numpy(), getattr(b.model.weights, name).numpy())
+    assert a.x0.shape == (5, 3)
+    assert b.x0.shape == (9, 3)  # only the initial state follows n
+    c = build(parse_config({**cfg(5).model_dump(mode="json"), "seed": 8}))
+    assert not np.allclose(a.model.weights.Q.numpy(), c.model.weights.Q.numpy())
+
+
+def test_run_record_round_trips_through_its_folder(tmp_path):
+    cfg = parse_config(json.loads(json.dumps({"seed": 1, "n": 5, "d": 2, "solver": {"dt": 0.1, "t1": 0.5, "save_every": 0.1}})))
+    run = runs.execute(cfg)
+    runs.write(run, tmp_path / "r")
+    back = runs.read(tmp_path / "r")
+    np.testing.assert_array_equal(back.xs, run.xs)
+    np.testing.assert_array_equal(back.ts, run.ts)
+    assert back.config == run.config
+    assert back.stats == run.stats
+    (tmp_path / "r" / "summary.json").unlink()
+    with pytest.raises(Exception, match="incomplete"):
+        runs.read(tmp_path / "r")
