@@ -91,3 +91,15 @@ def test_one_layer_cosine_approaches_its_three_limits():
         assert abs(far - limit) < abs(near - limit) or abs(far - limit) < 1e-12
         assert far == pytest.approx(limit, abs=0.05)
     assert theory.one_layer_cosine_limit(rho, critical) == pytest.approx(4 * rho / (1 + 3 * rho))
+
+
+def test_wendel_against_its_closed_cases_and_a_monte_carlo_count():
+    # n <= d: always in a hemisphere; n = d + 1: all but 2 of the 2^{n-1} sign patterns; the circle: n / 2^{n-1}
+    assert theory.wendel(3, 5) == 1.0
+    assert theory.wendel(6, 5) == pytest.approx(1 - 2.0**-5)
+    assert theory.wendel(7, 2) == pytest.approx(7 / 2**6)
+    # Monte Carlo on the circle: points lie in a half-circle iff the largest angular gap exceeds pi
+    rng = np.random.default_rng(0)
+    theta = np.sort(rng.uniform(0, 2 * np.pi, (200_000, 5)), axis=1)
+    gaps = np.diff(np.concatenate([theta, theta[:, :1] + 2 * np.pi], 1), axis=1)
+    assert (gaps.max(1) > np.pi).mean() == pytest.approx(theory.wendel(5, 2), abs=4e-3)

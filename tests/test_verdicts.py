@@ -556,6 +556,7 @@ FUNCTION_OF = {
     "mode-selection": "test_mode_selection_checks_fail_on_violations",
     "kuramoto-closed-form": "test_kuramoto_checks_fail_on_violations",
     "mean-field-limit": "test_mean_field_limit_checks_fail_on_violations",
+    "phase-diagram": "test_phase_diagram_checks_fail_on_violations",
 }
 
 
@@ -653,3 +654,23 @@ def test_mean_field_limit_checks_fail_on_violations():
     for n in a["ns"]:  # distances falling like n^-1: too fast for the empirical measure
         a[f"w1_b0_n{n}"] = a[f"w1_b0_n{n}"] * np.sqrt(n0 / n)
     assert failing(judged(cid, a), "fitted exponent p")
+
+
+def test_phase_diagram_checks_fail_on_violations():
+    cid = "phase-diagram"
+    a = copy_arrays(cid)
+    # the largest d's boundary 40 % late: its median error exceeds 0.1 and the smallest d's
+    late = np.concatenate([np.zeros_like(a["fraction"][-1][..., :1]), a["fraction"][-1][..., :-1]], -1)
+    shift = int(0.4 * 5.0 / (a["ts"][1] - a["ts"][0]))
+    for _ in range(shift - 1):
+        late = np.concatenate([np.zeros_like(late[..., :1]), late[..., :-1]], -1)
+    a["fraction"][-1] = late
+    checks = judged(cid, a)
+    assert failing(checks, "median over beta")
+    assert failing(checks, "the boundary moves toward")
+    a = copy_arrays(cid)
+    a["orth_rho"][0, -1] += 1e-6  # the orthogonal start off the equiangular ODE
+    assert failing(judged(cid, a), "orthogonal start")
+    a = copy_arrays(cid)
+    a["orth_spread"][0] = 1e-5  # pairs no longer equiangular
+    assert failing(judged(cid, a), "orthogonal start")

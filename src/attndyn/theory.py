@@ -189,3 +189,13 @@ def one_layer_cosine_limit(rho: float, gamma: float) -> float:
     if math.isclose(gamma, critical, rel_tol=1e-12):
         return 4 * rho / (1 + 3 * rho)
     return 1.0 if gamma < critical else rho
+
+
+def wendel(n: int, d: int) -> float:
+    """Wendel's probability that n i.i.d. uniform points on S^{d-1} lie in one open hemisphere:
+    2^{-(n-1)} sum_{k < d} C(n-1, k) (SPEC §8.1); exact rational arithmetic, returned as a float."""
+    if n < 1 or d < 1:
+        raise ValueError(f"need n >= 1 and d >= 1; got n = {n}, d = {d}.")
+    from fractions import Fraction
+
+    return float(Fraction(sum(math.comb(n - 1, k) for k in range(min(d, n))), 2 ** (n - 1)))

@@ -32,6 +32,7 @@ EXPERIMENTS = {
     "mode-selection": "mode_selection",
     "kuramoto-closed-form": "kuramoto_closed_form",
     "mean-field-limit": "mean_field_limit",
+    "phase-diagram": "phase_diagram",
     "trained-spectra": "trained_spectra",
 }
 
