@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/velocity.py
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/meanfield.py
+	$(PY) benchmarks/sweep.py
 
 clean:
 	rm -rf $(VENV) runs report .pytest_cache

@@ -22,7 +22,7 @@ config data (dicts), never live objects. The driver is the only writer of ``out/
 * ``meta``: the sweep's canonical JSON and its SHA-256 fingerprint, the save times;
 * ``points``: point id, task id, grid coordinates;
 * ``tasks``: status (pending, running, done, failed), attempts, error text, seconds, fingerprint;
-* ``results``: one row per point (an ``.npz`` blob of its measures), written in the same
+* ``results``: one row per point (its measures: a JSON header and float64 bytes), written in the same
   transaction that marks its task done.
 
 Running the same command again computes only the tasks not done (a killed driver loses nothing and
@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import io
 import itertools
 import json
 import math
@@ -217,33 +216,38 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     from .config import build
     from .config import save_times as config_save_times
 
+    validated: dict[str, dict] = {}  # per task: the resolved config of its first point
     for pid, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
         coords = dict(zip(keys, combo, strict=True))
-        cfg = copy.deepcopy(base)
-        for key, value in coords.items():
-            _set(cfg, key, value)
-        try:
-            parsed = parse_config(cfg)
-        except ConfigError as err:
-            raise SweepError(f"grid point {coords}: {err}") from None
-        point_ts = [float(t) for t in config_save_times(parsed.solver)]
-        if ts is None:
-            ts = point_ts
-        elif point_ts != ts:
-            raise SweepError(f"grid point {coords} changes the save times; sweep keys may not change them")
         group = json.dumps({k: v for k, v in coords.items() if k != "seed"}, sort_keys=True)
-        if group not in groups:
-            # impossible combinations (rescaled on the sphere, fused hardmax, ...) are caught when the
-            # model is built: once per task, since seeds do not change what is possible
+        if group in validated:
+            # another seed of a validated point: a seed is an integer and changes nothing else, so
+            # the resolved config is the first point's with this seed (no second validation)
+            if not isinstance(coords.get("seed"), int) or isinstance(coords["seed"], bool):
+                raise SweepError(f"grid point {coords}: seed must be an integer")
+            resolved = {**validated[group], "seed": coords["seed"]}
+        else:
+            cfg = copy.deepcopy(base)
+            for key, value in coords.items():
+                _set(cfg, key, value)
             try:
+                parsed = parse_config(cfg)
+                # impossible combinations (rescaled on the sphere, fused hardmax, ...) are caught when
+                # the model is built: once per task, since seeds do not change what is possible
                 build(parsed)
             except ConfigError as err:
                 raise SweepError(f"grid point {coords}: {err}") from None
+            point_ts = [float(t) for t in config_save_times(parsed.solver)]
+            if ts is None:
+                ts = point_ts
+            elif point_ts != ts:
+                raise SweepError(f"grid point {coords} changes the save times; sweep keys may not change them")
+            resolved = validated[group] = parsed.model_dump(mode="json")
             groups[group] = len(tasks)
             tasks.append([])
         tid = groups[group]
         tasks[tid].append(pid)
-        points.append(Point(pid, tid, coords, parsed.model_dump(mode="json")))
+        points.append(Point(pid, tid, coords, resolved))
     return Sweep(spec, grid, points, tasks, measures, options, ts or [])
 
 
@@ -321,14 +325,21 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
 
 
 def _blob(arrays: dict) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
+    """A point's measures as bytes: a JSON header (names, shapes) then the float64 data, in order."""
+    values = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in arrays.items()}
+    header = json.dumps({k: list(v.shape) for k, v in values.items()}).encode()
+    return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for v in values.values())
 
 
 def _unblob(data: bytes) -> dict:
-    with np.load(io.BytesIO(data), allow_pickle=False) as f:
-        return {k: f[k] for k in f.files}
+    size = int.from_bytes(data[:4], "little")
+    header = json.loads(data[4 : 4 + size])
+    out, offset = {}, 4 + size
+    for name, shape in header.items():
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(data, dtype=np.float64, count=count, offset=offset).reshape(shape).copy()
+        offset += 8 * count
+    return out
 
 
 class Ledger:

@@ -67,7 +67,7 @@ def sweep_spec(config: Config) -> dict:
         "n": config.n,
         "d": config.ds[0],
         "init": {"kind": "sphere"},
-        "model": {"beta": 1.0, "geometry": "sphere", "attention": "fused"},
+        "model": {"beta": 1.0, "geometry": "sphere"},
         "solver": {"method": "rk4", "dt": config.dt, "t1": config.T, "save_every": config.save_every},
     }
     seeds = [config.seed * 100_000 + s for s in range(config.systems)]
