@@ -557,6 +557,7 @@ FUNCTION_OF = {
     "kuramoto-closed-form": "test_kuramoto_checks_fail_on_violations",
     "mean-field-limit": "test_mean_field_limit_checks_fail_on_violations",
     "phase-diagram": "test_phase_diagram_checks_fail_on_violations",
+    "normalization": "test_normalization_checks_fail_on_violations",
 }
 
 
@@ -674,3 +675,16 @@ def test_phase_diagram_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["orth_spread"][0] = 1e-5  # pairs no longer equiangular
     assert failing(judged(cid, a), "orthogonal start")
+
+
+def test_normalization_checks_fail_on_violations():
+    cid = "normalization"
+    a = copy_arrays(cid)
+    a["rates"][4, 2] *= 1 + 1e-9  # Peri-LN's pair rate off the closed form
+    assert failing(judged(cid, a), "every scheme and pair")
+    a = copy_arrays(cid)
+    a["post_rho"] = 1 - (1 - a["post_rho"]) ** 0.8  # Post-LN decaying at rate 1.6, not 2
+    assert failing(judged(cid, a), "Post-LN")
+    a = copy_arrays(cid)
+    a["pre_rho"] = 1 - (1 - a["pre_rho"]) ** 0.5  # Pre-LN like t^-1
+    assert failing(judged(cid, a), "Pre-LN")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .dynamics import Geometry, Kernel, Mask, Model, Normalization
+from .dynamics import Geometry, Kernel, Mask, Model, Normalization, Scheme
 from .solvers import SOLVERS, AdaptiveStep, FixedStep, SolverName, Tableau
 from .weights import FeedForward, Weights
 
@@ -98,6 +98,9 @@ class ModelSpec(Strict):
     rescaled: bool = False
     attention: Kernel = "dense"
     normalization: Normalization = "softmax"
+    scheme: Scheme = "post"
+    scheme_tau: float = Field(default=1.0, gt=0)
+    scheme_alpha: float = Field(default=1.0, gt=0)
 
 
 class SolverSpec(Strict):

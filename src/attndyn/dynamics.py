@@ -13,7 +13,14 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``mask="causal"``: token i attends to j <= i (§5.2);
 * ``beta=math.inf``: hardmax, uniform over the argmax set (§5.3);
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
-* ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA).
+* ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
+* ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of SPEC §8.5 on the split
+  x_j = r_j theta_j, with A_j = sum_k w_jk V theta_k evaluated at the directions and
+  theta_j' = s_j^{-1} P_{theta_j} A_j: ``post`` (s = 1, r' = 0: the default, tokens on the unit
+  sphere), ``pre`` (s = r, r' = <theta, A>: x' = A), ``mix`` (post until ``scheme_tau``, then pre),
+  ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = 1 / ``scheme_alpha``,
+  r' = 0) and ``sqrt`` (s = sqrt(t + 1), r' = 0). The Peri-LN and nGPT rows follow SPEC's table,
+  which marks them as read from truncated sources.
 
 Combinations the mathematics does not define are rejected at construction. A ``Model`` holds
 parameters only: it has no cache, pickles small and carries no device tensors of its own.
@@ -42,10 +49,12 @@ Mask = Literal["full", "causal"]
 Geometry = Literal["euclidean", "sphere"]
 Kernel = Literal["dense", "fused"]
 Normalization = Literal["softmax", "unnormalized"]
+Scheme = Literal["post", "pre", "mix", "peri", "ngpt", "sqrt"]
 MASKS: tuple[str, ...] = get_args(Mask)
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 ATTENTIONS: tuple[str, ...] = get_args(Kernel)
 NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
+SCHEMES: tuple[str, ...] = get_args(Scheme)
 
 
 def _choice(value, allowed, name):
@@ -68,6 +77,9 @@ class Model:
     rescaled: bool = False
     attention: Kernel = "dense"
     normalization: Normalization = "softmax"
+    scheme: Scheme = "post"
+    scheme_tau: float = 1.0
+    scheme_alpha: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.weights, Weights):
@@ -76,6 +88,13 @@ class Model:
         _choice(self.geometry, GEOMETRIES, "geometry")
         _choice(self.attention, ATTENTIONS, "attention")
         _choice(self.normalization, NORMALIZATIONS, "normalization")
+        _choice(self.scheme, SCHEMES, "scheme")
+        if self.scheme != "post" and self.geometry != "sphere":
+            raise ValueError(f"scheme={self.scheme!r} is a layer-normalization scheme on the radius/direction split; it needs geometry='sphere'.")
+        for name in ("scheme_tau", "scheme_alpha"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0.")
         if not isinstance(self.rescaled, bool):
             raise TypeError(f"rescaled must be a bool, not {self.rescaled!r}.")
         try:
@@ -141,6 +160,9 @@ class Prepared:
     kernel: Kernel
     rescaled: bool
     sphere: bool
+    scheme: str
+    scheme_tau: float
+    scheme_alpha: float
     fast: bool
     check: bool
     mask: torch.Tensor | None
@@ -194,6 +216,9 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         kernel=model.attention,
         rescaled=model.rescaled,
         sphere=model.geometry == "sphere",
+        scheme=model.scheme,
+        scheme_tau=float(model.scheme_tau),
+        scheme_alpha=float(model.scheme_alpha),
         fast=w.heads == 1 and M is not None and model.attention == "dense" and model.weighting == "softmax",
         check=check,
         mask=causal_mask(n, device) if model.mask == "causal" else None,
@@ -295,8 +320,15 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
 
     See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
     """
-    xq, scale = score_inputs(t, x, args)
-    out = attention_term(xq, x, args, scale, subtract_own=args.rescaled)
+    split = args.sphere and args.scheme != "post"
+    if split:  # attention at the directions theta = x / r (SPEC §8.5)
+        r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        theta = x / r
+        xq, scale = score_inputs(t, theta, args)
+        out = attention_term(xq, theta, args, scale, subtract_own=False)
+    else:
+        xq, scale = score_inputs(t, x, args)
+        out = attention_term(xq, x, args, scale, subtract_own=args.rescaled)
     if args.sigma is not None:
         b = args.b
         if b is not None and args.bias_inside:
@@ -308,9 +340,28 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
         out = out @ args.W_T
         if b is not None and not args.bias_inside:
             out = out + b
+    if split:
+        return _scheme_velocity(t, out, theta, r, args)
     if args.sphere:
         out = out - (out * x).sum(-1, keepdim=True) * x
     return out
+
+
+def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """x' = r' theta + r theta' with theta' = s^{-1} P_theta A and the r' of each scheme (SPEC §8.5 table)."""
+    scheme = args.scheme
+    if scheme == "mix":
+        scheme = "post" if t < args.scheme_tau else "pre"
+    if scheme == "pre":
+        return A  # r' theta + r (1/r) P A = <theta, A> theta + P A
+    if scheme == "peri":
+        return A / torch.linalg.vector_norm(A, dim=-1, keepdim=True)  # (<theta, A> theta + P A) / |A|
+    perp = A - (A * theta).sum(-1, keepdim=True) * theta
+    if scheme == "post":
+        return r * perp
+    if scheme == "ngpt":
+        return (args.scheme_alpha * r) * perp
+    return r * perp / math.sqrt(t + 1.0)  # sqrt-scaling
 
 
 def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray | torch.Tensor:

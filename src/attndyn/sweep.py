@@ -266,14 +266,8 @@ def load_spec(path: str | Path) -> Sweep:
 def _same_model(a, b) -> bool:
     import torch
 
-    if (a.beta, a.mask, a.geometry, a.rescaled, a.attention, a.normalization) != (
-        b.beta,
-        b.mask,
-        b.geometry,
-        b.rescaled,
-        b.attention,
-        b.normalization,
-    ):
+    options = ("beta", "mask", "geometry", "rescaled", "attention", "normalization", "scheme", "scheme_tau", "scheme_alpha")
+    if any(getattr(a, k) != getattr(b, k) for k in options):
         return False
     wa, wb = a.weights, b.weights
     if (wa.ff is None) != (wb.ff is None):

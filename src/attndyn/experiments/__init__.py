@@ -33,6 +33,7 @@ EXPERIMENTS = {
     "kuramoto-closed-form": "kuramoto_closed_form",
     "mean-field-limit": "mean_field_limit",
     "phase-diagram": "phase_diagram",
+    "normalization": "normalization",
     "trained-spectra": "trained_spectra",
 }
 
