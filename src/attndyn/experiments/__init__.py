@@ -34,6 +34,7 @@ EXPERIMENTS = {
     "mean-field-limit": "mean_field_limit",
     "phase-diagram": "phase_diagram",
     "normalization": "normalization",
+    "noisy": "noisy",
     "trained-spectra": "trained_spectra",
 }
 
