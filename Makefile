@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/meanfield.py
 	$(PY) benchmarks/sweep.py
+	$(PY) benchmarks/schemes.py
 
 clean:
 	rm -rf $(VENV) runs report .pytest_cache
