@@ -40,7 +40,7 @@ class Config(ExperimentConfig):
     dt: float = 0.01
 
 
-QUICK = {"seeds": 20, "n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-QK", "real-nonneg2"]}
+QUICK = {"seeds": 12, "n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-QK", "real-nonneg2"]}
 LIMIT_TOL = 1e-3
 
 
