@@ -47,10 +47,16 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .config import ConfigError, parse_config, read_toml
+from .dynamics import Model
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.figure import Figure
 
 SWEEP_KEYS = {"base", "grid", "measures", "pair_threshold", "cluster_tol"}
 LEDGER = "ledger.sqlite"
@@ -69,26 +75,26 @@ def _cosines(x: np.ndarray) -> np.ndarray:
     return u @ np.swapaxes(u, -1, -2)
 
 
-def pair_fraction(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> np.ndarray:
+def pair_fraction(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
     """Fraction of pairs i < j with cos(x_i, x_j) >= ``pair_threshold`` at every save time: ``(T,)``."""
     n = xs.shape[-2]
     iu = np.triu_indices(n, 1)
     return (_cosines(xs)[..., iu[0], iu[1]] >= options["pair_threshold"]).mean(-1)
 
 
-def energy(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> np.ndarray:
+def energy(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
     """Normalised energy (1/n^2) sum_ij e^{beta (cos(x_i, x_j) - 1)} at every save time (SPEC §8.4): ``(T,)``."""
     beta = model.beta if math.isfinite(model.beta) else 1.0
     return np.exp(beta * (_cosines(xs) - 1.0)).mean((-1, -2))
 
 
-def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> float:
+def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
     """First save time at which every pair has cos >= ``pair_threshold`` (NaN if never)."""
     done = pair_fraction(ts, xs, model, options) >= 1.0
     return float(ts[np.argmax(done)]) if done.any() else float("nan")
 
 
-def cluster_count(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> float:
+def cluster_count(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
     """Clusters at the last save time: the count stable over the widest range of tolerances above
     ``cluster_tol`` (absolute; tokens closer than it are one cluster, so a collapsed system counts 1)."""
     from .clusters import stable_cluster_count
@@ -100,7 +106,7 @@ def cluster_count(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> float
     return float(stable_cluster_count(x, rel_min=options["cluster_tol"] / diameter).count)
 
 
-def boolean_distance(ts: np.ndarray, xs: np.ndarray, model, options: dict) -> float:
+def boolean_distance(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
     """Distance of the last attention matrix (head 0) to the nearest Boolean matrix."""
     from .dynamics import attention_matrix
     from .lowrank import boolean_distance as distance
@@ -320,7 +326,7 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
 
 def _blob(arrays: dict) -> bytes:
     """A point's measures as bytes: a JSON header (names, shapes) then the float64 data, in order."""
-    values = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in arrays.items()}
+    values = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}  # 0-d stays 0-d; tobytes is C order
     header = json.dumps({k: list(v.shape) for k, v in values.items()}).encode()
     return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for v in values.values())
 
@@ -525,7 +531,7 @@ def _run_dask(sweep, ledger, todo, payload, workers, scheduler, progress, done_b
 # --- reading results -------------------------------------------------------------------------------
 
 
-def load(folder: str | Path):
+def load(folder: str | Path) -> xr.Dataset:
     """The sweep's results as an ``xarray.Dataset`` (see the module docstring)."""
     import xarray as xr
 
@@ -589,7 +595,7 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
     return target
 
 
-def heatmap(folder: str | Path, measure: str, x: str, y: str):
+def heatmap(folder: str | Path, measure: str, x: str, y: str) -> Figure:
     """A Figure of ``measure`` over the axes ``x`` and ``y`` (grid keys or ``t``), averaged over the others."""
     from . import plots
 
