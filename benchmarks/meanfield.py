@@ -50,7 +50,7 @@ t = time.perf_counter()
 y = ad.dynamics.vector_field(0.0, x, args)
 seconds = time.perf_counter() - t
 extra = status("VmHWM:") - before - y.numel() * y.element_size()
-print(json.dumps({{"seconds": seconds, "extra_bytes": extra, "inputs_bytes": x.numel() * 8 * 4}}))
+print(json.dumps({{"seconds": seconds, "extra_bytes": extra}}))
 """
 
 

@@ -35,6 +35,7 @@ file order, plus ``t`` for measures over time; missing points are NaN).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib
 import itertools
@@ -384,7 +385,7 @@ class Ledger:
             )
 
     def todo(self) -> list[int]:
-        """Tasks not done (pending, failed, or running when a driver was killed)."""
+        """Tasks not done (pending, failed, or marked running by a driver that was killed mid-task)."""
         return [t for (t,) in self.db.execute("SELECT task_id FROM tasks WHERE status != 'done' ORDER BY task_id")]
 
     def running(self, task_id: int) -> None:
@@ -461,21 +462,19 @@ def run(
         def payload(task_id: int) -> list[dict]:
             return [sweep.points[p].config for p in sweep.tasks[task_id]]
 
-        if todo and scheduler is None and (workers == 0 or (workers is None and len(todo) <= 2)):
-            for task_id in todo:
-                ledger.running(task_id)
-                t = time.perf_counter()
-                try:
-                    results = run_task(payload(task_id), sweep.measures, sweep.options)
-                except Exception as err:  # a failing task is recorded, the sweep goes on
-                    ledger.failed(task_id, _error_text(err), time.perf_counter() - t)
-                else:
-                    ledger.done(task_id, sweep.tasks[task_id], results, time.perf_counter() - t)
-                ran += 1
-                if progress:
-                    progress(done_before + ran, total)
-        elif todo:
-            ran = _run_dask(sweep, ledger, todo, payload, workers, scheduler, progress, done_before, total)
+        local = scheduler is None and (workers == 0 or (workers is None and len(todo) <= 2))
+        executions = _in_process(sweep, todo, payload) if local else _on_dask(sweep, todo, payload, workers, scheduler)
+        for task_id, outcome, started in executions:
+            ledger.running(task_id)
+            try:
+                results = outcome()
+            except Exception as err:  # a failing task is recorded, the sweep goes on
+                ledger.failed(task_id, _error_text(err), time.perf_counter() - started)
+            else:
+                ledger.done(task_id, sweep.tasks[task_id], results, time.perf_counter() - started)
+            ran += 1
+            if progress:
+                progress(done_before + ran, total)
         counts = ledger.counts()
         return Summary(total, counts.get("done", 0), counts.get("failed", 0), ran, time.perf_counter() - start, ledger.errors())
     finally:
@@ -487,7 +486,14 @@ def _error_text(err: BaseException) -> str:
     return tail[:2000]
 
 
-def _run_dask(sweep, ledger, todo, payload, workers, scheduler, progress, done_before, total) -> int:
+def _in_process(sweep, todo, payload):
+    """(task id, a call computing its results, its start time), one task after the other."""
+    for task_id in todo:
+        yield task_id, functools.partial(run_task, payload(task_id), sweep.measures, sweep.options), time.perf_counter()
+
+
+def _on_dask(sweep, todo, payload, workers, scheduler):
+    """The same triples for tasks submitted to Dask at once, in the order they finish."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
@@ -499,29 +505,13 @@ def _run_dask(sweep, ledger, todo, payload, workers, scheduler, progress, done_b
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env={"OMP_NUM_THREADS": "1"})
         client = Client(cluster)
     try:
-        futures = {}
-        started = {}
+        futures, started = {}, {}
         for task_id in todo:
-            ledger.running(task_id)
-            fut = client.submit(
-                run_task, payload(task_id), sweep.measures, sweep.options, pure=False, key=f"sweep-task-{task_id}-{os.getpid()}-{time.time_ns()}"
-            )
-            futures[fut] = task_id
+            key = f"sweep-task-{task_id}-{os.getpid()}-{time.time_ns()}"
+            futures[client.submit(run_task, payload(task_id), sweep.measures, sweep.options, pure=False, key=key)] = task_id
             started[task_id] = time.perf_counter()
-        ran = 0
         for fut in as_completed(futures):
-            task_id = futures[fut]
-            seconds = time.perf_counter() - started[task_id]
-            try:
-                results = fut.result()
-            except Exception as err:
-                ledger.failed(task_id, _error_text(err), seconds)
-            else:
-                ledger.done(task_id, sweep.tasks[task_id], results, seconds)
-            ran += 1
-            if progress:
-                progress(done_before + ran, total)
-        return ran
+            yield futures[fut], fut.result, started[futures[fut]]
     finally:
         client.close()
         if cluster is not None:

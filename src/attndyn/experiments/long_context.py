@@ -91,15 +91,13 @@ def figures(result: Result) -> dict:
     critical = 1 / (1 - rho)
     gammas = np.linspace(0.2, 3.0, 141) * critical
     series = {f"n = {n:g}": np.array([theory.one_layer_cosine(n, rho, g * math.log(n)) for g in gammas]) for n in result.params["formula_ns"]}
-    fig = plots.coordinates_vs_time(
-        gammas * (1 - rho), np.stack(list(series.values()), 1), levels={}, ylabel="cosine of two outputs", title="one layer at beta = gamma log n"
+    fig = plots.curves(
+        gammas * (1 - rho),
+        series,
+        xlabel="gamma (1 - rho)",
+        ylabel="cosine of two outputs",
+        title="one layer at beta = gamma log n",
+        points={"4 rho / (1 + 3 rho) at the critical gamma": ([1.0], [4 * rho / (1 + 3 * rho)])},
+        hlines={"rho": rho, "1": 1.0},
     )
-    ax = fig.axes[0]
-    ax.set_xlabel("gamma (1 - rho)")
-    for line, label in zip(ax.get_lines(), series, strict=False):
-        line.set_label(label)
-    ax.axhline(rho, color="gray", ls=":", lw=1)
-    ax.axhline(1.0, color="gray", ls=":", lw=1)
-    ax.plot([1.0], [4 * rho / (1 + 3 * rho)], "o", color="#D55E00", label="4 rho / (1 + 3 rho)")
-    ax.legend(fontsize=8)
     return {"cosine_vs_gamma": fig}
