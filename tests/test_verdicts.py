@@ -558,6 +558,7 @@ FUNCTION_OF = {
     "mean-field-limit": "test_mean_field_limit_checks_fail_on_violations",
     "phase-diagram": "test_phase_diagram_checks_fail_on_violations",
     "normalization": "test_normalization_checks_fail_on_violations",
+    "metastability": "test_metastability_checks_fail_on_violations",
 }
 
 
@@ -688,3 +689,20 @@ def test_normalization_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["pre_rho"] = 1 - (1 - a["pre_rho"]) ** 0.5  # Pre-LN like t^-1
     assert failing(judged(cid, a), "Pre-LN")
+
+
+def test_metastability_checks_fail_on_violations():
+    cid = "metastability"
+    a = copy_arrays(cid)
+    a["energy1"] = a["energy1"] * (1 - 3e-3)  # every plateau of one run 3e-3 below sum m^2 (loose clusters)
+    assert failing(judged(cid, a), "every plateau of")
+    a = copy_arrays(cid)
+    a["pair_c"] = theory.pairing_cosine(a["pair_s"] * 0.95, a["pair_c"][0])  # c' = 1.9 (1 - c^2), not 2
+    assert failing(judged(cid, a), "pairing at beta")
+    a = copy_arrays(cid)
+    for key in ("ts", "energy", "xs"):  # the larger beta's run under the smaller beta's label: plateaus shrink
+        a[f"{key}0"], a[f"{key}1"] = a[f"{key}1"], a[f"{key}0"]
+    assert failing(judged(cid, a), "interior plateaus")
+    a = copy_arrays(cid)
+    a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
+    assert failing(judged(cid, a), "largest logit gap")

@@ -7,6 +7,7 @@ imported on demand (``import attndyn`` loads torch, NumPy and SciPy-free core co
 from importlib.metadata import PackageNotFoundError, version
 
 from .dynamics import Model, attention_matrix, velocity
+from .longtime import LongTrajectory, simulate_long
 from .simulation import Trajectory, residual_layers, simulate
 from .solvers import RK4, AdaptiveStep, Dopri5, Euler, FixedStep, Heun
 from .weights import FeedForward, Weights
@@ -33,6 +34,7 @@ __all__ = [
     "FeedForward",
     "FixedStep",
     "Heun",
+    "LongTrajectory",
     "Model",
     "RK4",
     "Trajectory",
@@ -41,6 +43,7 @@ __all__ = [
     "attention_matrix",
     "residual_layers",
     "simulate",
+    "simulate_long",
     "velocity",
     "__version__",
 ]

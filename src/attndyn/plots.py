@@ -521,3 +521,19 @@ def grid_heatmap(
     ax.set_ylabel(ylabel)
     ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
     return fig
+
+
+@styled
+def staircase(series: dict, levels: list[float], *, title: str) -> Figure:
+    """Lines label -> (t, E(t)) against log10 t (times up to 1e300; matplotlib's log axis overflows
+    past about 1e250), with the possible plateau levels as dotted lines."""
+    fig, ax = _subplots(figsize=(6.5, 4))
+    for level in levels:
+        ax.axhline(level, color="gray", ls=":", lw=0.8)
+    for k, (label, (t, e)) in enumerate(series.items()):
+        ax.plot(np.log10(t), e, lw=1.5, label=label, color=OKABE_ITO[k % len(OKABE_ITO)])
+    ax.set_xlabel("log10 t")
+    ax.set_ylabel("normalised energy E(t)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    return fig

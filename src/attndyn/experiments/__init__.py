@@ -35,6 +35,7 @@ EXPERIMENTS = {
     "phase-diagram": "phase_diagram",
     "normalization": "normalization",
     "noisy": "noisy",
+    "metastability": "metastability",
     "trained-spectra": "trained_spectra",
 }
 
