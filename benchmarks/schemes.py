@@ -21,6 +21,7 @@ from common import median_time  # noqa: E402
 import attndyn as ad  # noqa: E402
 from attndyn import noise  # noqa: E402
 from attndyn.dynamics import prepare, vector_field  # noqa: E402
+from attndyn.solvers import rk_step  # noqa: E402
 
 SCHEMES = ["post", "pre", "mix", "peri", "ngpt", "sqrt"]
 
@@ -31,31 +32,61 @@ def start(n, d):
 
 
 def scheme_ratios(n, d, kernel):
+    """Per RK4 step (four field evaluations and the stage sums): the median over rounds of each
+    scheme's time / Post-LN's time in the same round.
+
+    The schemes are timed in turn within each round (interleaved), so a drift of this shared
+    machine's speed during the run affects numerator and denominator alike.
+    """
     x = start(n, d)
     W = ad.Weights.identity(d)
-    times = {}
+    fields = {}
+    rk4 = ad.RK4()
     for scheme in SCHEMES:
         args = prepare(ad.Model(W, beta=1.0, geometry="sphere", scheme=scheme, attention=kernel), x)
-        times[scheme] = median_time(lambda args=args: vector_field(0.5, x, args), repeat=20 if n < 1000 else 5)
-    return {s: times[s] / times["post"] for s in SCHEMES}, times["post"]
+        fields[scheme] = lambda args=args: rk_step(lambda t, y, args=args: vector_field(t, y, args), 0.5, x, 0.01, rk4)
+    rounds, inner = (31, 200) if n < 1000 else (9, 1)
+    ratios = {s: [] for s in SCHEMES}
+    posts = []
+    for _ in range(rounds):
+        t = {s: median_time(f, repeat=1) if inner == 1 else _loop_time(f, inner) for s, f in fields.items()}
+        posts.append(t["post"])
+        for s in SCHEMES:
+            ratios[s].append(t[s] / t["post"])
+    return {s: float(np.median(v)) for s, v in ratios.items()}, float(np.median(posts))
+
+
+def _loop_time(f, inner):
+    import time
+
+    start = time.perf_counter()
+    for _ in range(inner):
+        f()
+    return (time.perf_counter() - start) / inner
 
 
 def sde_ratio(n, d):
+    """One projected Euler-Maruyama step over one Euler step of the same model, timed in turn
+    (interleaved rounds, median of the per-round ratios)."""
     x = start(n, d)
     model = ad.Model(ad.Weights.identity(d), beta=1.0, geometry="sphere", normalization="unnormalized")
     steps = 50 if n < 1000 else 5
     dt = 0.01
     ts = [0.0, steps * dt]
-    sde = median_time(lambda: noise.simulate_sde(model, x, ts, kappa=2.0, dt=dt, seed=0), repeat=5) / steps
-    ode = median_time(lambda: ad.simulate(model, x, ts, solver=ad.Euler(), step=ad.FixedStep(dt)), repeat=5) / steps
-    return sde / ode, ode
+    ratios, odes = [], []
+    for _ in range(9):
+        sde = median_time(lambda: noise.simulate_sde(model, x, ts, kappa=2.0, dt=dt, seed=0), repeat=1) / steps
+        ode = median_time(lambda: ad.simulate(model, x, ts, solver=ad.Euler(), step=ad.FixedStep(dt)), repeat=1) / steps
+        ratios.append(sde / ode)
+        odes.append(ode)
+    return float(np.median(ratios)), float(np.median(odes))
 
 
 def main():
     for n, d, kernel in ((20, 2, "dense"), (4096, 64, "fused")):
         ratios, base = scheme_ratios(n, d, kernel)
         row = ", ".join(f"{s} {r:.2f}x" for s, r in ratios.items())
-        print(f"n = {n}, d = {d}, {kernel}: field evaluation vs Post-LN ({base * 1e3:.3f} ms): {row}")
+        print(f"n = {n}, d = {d}, {kernel}: RK4 step vs Post-LN ({base * 1e3:.3f} ms): {row}")
     for n, d in ((20, 2), (1024, 64)):
         r, base = sde_ratio(n, d)
         print(f"n = {n}, d = {d}: projected Euler-Maruyama step / Euler step ({base * 1e3:.3f} ms) = {r:.2f}x")

@@ -102,6 +102,29 @@ def test_measures_against_direct_computation(tmp_path):
     assert ds["cluster_count"].sel({"model.beta": 9.0}).item() > 1
 
 
+def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
+    """A grid over model.scheme (SPEC §8.5): each point equals the same config run alone."""
+    path = write_sweep(tmp_path, '"model.scheme" = ["post", "pre", "peri"]\nseed = [1]', 'measures = ["pair_fraction", "energy"]')
+    summary = sweep.run(path, tmp_path / "out", workers=0)
+    assert summary.done == summary.total == 3
+    ds = sweep.load(tmp_path / "out")
+    energies = []
+    for point in sweep.load_spec(path).points:
+        run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
+        x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
+        G = np.einsum("tid,tjd->tij", x, x)
+        got = ds["energy"].sel({"model.scheme": point.coords["model.scheme"], "seed": 1}).values
+        np.testing.assert_allclose(got, np.exp(G - 1).mean((1, 2)), rtol=1e-12)
+        energies.append(got[-1])
+    assert len(set(np.round(energies, 12))) == 3  # the schemes move the tokens differently
+
+
+def test_a_scheme_off_the_sphere_is_refused_naming_it(tmp_path):
+    path = write_sweep(tmp_path, '"model.scheme" = ["pre"]', base=BASE.replace('geometry = "sphere"', 'geometry = "euclidean"'))
+    with pytest.raises(sweep.SweepError, match="scheme"):
+        sweep.load_spec(path)
+
+
 # --- execution -----------------------------------------------------------------------------------------
 
 

@@ -67,13 +67,15 @@ def simulate_sde(
     k_save = 1 if marks[0] == 0 else 0
     sqrt_dt = math.sqrt(dt)
     for k in range(steps):
+        # sigma dW, projected on the tangent space, plus the drift: few full-size passes (the
+        # step costs about one field evaluation plus the Gaussian draw)
         if increments is not None:
-            dW = increments[k].to(dtype=x.dtype, device=x.device)
+            noise = increments[k].to(dtype=x.dtype, device=x.device) * sigma
         else:
-            dW = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device) * sqrt_dt
-        tangent = dW - (dW * x).sum(-1, keepdim=True) * x
-        y = x + vector_field(k * dt, x, args) * dt + sigma * tangent
-        x = y / torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+            noise = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device).mul_(sigma * sqrt_dt)
+        y = torch.addcmul(noise, (noise * x).sum(-1, keepdim=True), x, value=-1.0)
+        y.add_(x).add_(vector_field(k * dt, x, args), alpha=dt)
+        x = y.div_(torch.linalg.vector_norm(y, dim=-1, keepdim=True))
         while k_save < len(marks) and marks[k_save] == k + 1:
             out.append(x.clone())
             k_save += 1
