@@ -79,6 +79,84 @@ def test_bad_config_exits_2_with_one_line(tmp_path, text, expected):
     assert not out.exists()
 
 
+SPHERE = """
+seed = 4
+n = 5
+d = 3
+[init]
+kind = "sphere"
+[model]
+beta = 20.0
+geometry = "sphere"
+[solver]
+"""
+NOISY = SPHERE + 'method = "euler"\ndt = 0.01\nt1 = 0.5\nsave_every = 0.1\nkappa = 4.0\n'
+LONG = SPHERE + 'method = "long"\nrtol = 1e-10\natol = 1e-12\nt1 = 1e30\nsave_log = 40\n'
+
+
+def test_noisy_config_runs_the_sde_with_its_own_seed_stream(tmp_path):
+    """solver.kappa: the run equals attndyn.noise.simulate_sde with the config's noise seed, and is reproducible."""
+    from attndyn import noise
+    from attndyn.config import build, load_config
+
+    cfg = tmp_path / "noisy.toml"
+    cfg.write_text(NOISY)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    xs = load_run(out)["arrays"]["xs"]
+    setup = build(load_config(cfg))
+    assert setup.kind == "sde"
+    _, direct = noise.simulate_sde(setup.model, setup.x0, setup.ts, kappa=4.0, dt=0.01, seed=setup.noise_seed)
+    np.testing.assert_array_equal(xs, direct)
+    np.testing.assert_allclose(np.linalg.norm(xs, axis=-1), 1.0, atol=1e-12)
+    # the noise moves the tokens: not the deterministic run
+    quiet = tmp_path / "quiet.toml"
+    quiet.write_text(NOISY.replace("kappa = 4.0\n", ""))
+    assert runner.invoke(app, ["simulate", str(quiet), "--out", str(tmp_path / "q")]).exit_code == 0
+    assert np.abs(load_run(tmp_path / "q")["arrays"]["xs"][-1] - xs[-1]).max() > 1e-3
+
+
+def test_long_config_runs_simulate_long_on_log_spaced_times(tmp_path):
+    import attndyn as ad
+    from attndyn.config import build, load_config
+
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = load_run(out)
+    ts, xs = run["arrays"]["ts"], run["arrays"]["xs"]
+    assert ts[0] == 0
+    assert ts[1] == pytest.approx(1e-2)
+    assert ts[-1] == pytest.approx(1e30)
+    setup = build(load_config(cfg))
+    direct = ad.simulate_long(setup.model, setup.x0, setup.ts)
+    np.testing.assert_array_equal(xs, direct.xs)
+    assert run["summary"]["stats"]["merges"] == len(direct.merges) >= 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (NOISY.replace('method = "euler"', 'method = "rk4"'), "projected Euler-Maruyama"),
+        (NOISY.replace('geometry = "sphere"', 'geometry = "euclidean"'), "noisy model lives on the sphere"),
+        (LONG.replace("rtol = 1e-10\natol = 1e-12", "dt = 0.1"), "method = 'long' chooses its own steps"),
+        (LONG.replace('kind = "sphere"', 'kind = "gaussian"'), "unit tokens"),
+        (LONG + '[weights]\nV = { kind = "scaled_identity", scale = 2.0 }\n', "V = I"),
+        (LONG.replace("save_log = 40", "save_log = 40\nsave_every = 1.0"), "one of save_every, save_times and save_log"),
+    ],
+)
+def test_impossible_noisy_or_long_configs_exit_2_naming_the_option(tmp_path, text, expected):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_missing_config_exits_2(tmp_path):
     result = runner.invoke(app, ["simulate", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2
@@ -199,3 +277,13 @@ def test_meanfield_stops_with_exit_1_when_the_grid_is_exhausted(tmp_path):
     fv = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(out)])
     assert fv.exit_code == 0, fv.output
     assert json.loads((out / "summary.json").read_text())["min_density"] >= 0
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in (Path(__file__).parent.parent / "configs").glob("*.toml") if not p.name.startswith("meanfield")), ids=lambda p: p.name
+)
+def test_every_shipped_simulation_config_builds(path):
+    from attndyn.config import build, load_config
+
+    setup = build(load_config(path))
+    assert setup.ts[0] == 0

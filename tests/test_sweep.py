@@ -119,6 +119,20 @@ def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
     assert len(set(np.round(energies, 12))) == 3  # the schemes move the tokens differently
 
 
+def test_noise_strength_sweeps_point_by_point_like_single_runs(tmp_path):
+    """A grid over solver.kappa: each point is integrated alone (its noise is its seed's) and equals runs.execute."""
+    base = BASE.replace('method = "rk4"', 'method = "euler"').replace("dt = 0.05", "dt = 0.01")
+    path = write_sweep(tmp_path, '"solver.kappa" = [2.0, 50.0]\nseed = [0, 1]', 'measures = ["energy"]', base)
+    summary = sweep.run(path, tmp_path / "out", workers=0)
+    assert summary.done == summary.total == 2  # tasks: one per kappa, its seeds together
+    ds = sweep.load(tmp_path / "out")
+    for point in sweep.load_spec(path).points:
+        run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
+        G = np.einsum("tid,tjd->tij", run.xs, run.xs)
+        got = ds["energy"].sel({"solver.kappa": point.coords["solver.kappa"], "seed": point.coords["seed"]}).values
+        np.testing.assert_allclose(got, np.exp(G - 1).mean((1, 2)), rtol=1e-12)
+
+
 def test_a_scheme_off_the_sphere_is_refused_naming_it(tmp_path):
     path = write_sweep(tmp_path, '"model.scheme" = ["pre"]', base=BASE.replace('geometry = "sphere"', 'geometry = "euclidean"'))
     with pytest.raises(sweep.SweepError, match="scheme"):

@@ -104,13 +104,20 @@ class ModelSpec(Strict):
 
 
 class SolverSpec(Strict):
-    method: SolverName = "rk4"
+    """``method``: an explicit Runge-Kutta tableau, or ``long`` (:func:`attndyn.simulate_long`, the
+    sphere model over exponentially long horizons; adaptive). ``kappa``: the noisy model of SPEC §8.7
+    (projected Euler-Maruyama, ``method = "euler"`` with ``dt``). Save times: ``save_every``,
+    ``save_times``, or ``save_log`` (0 and that many times spaced geometrically from 1e-2 to t1)."""
+
+    method: SolverName | Literal["long"] = "rk4"
     dt: float | None = Field(default=None, gt=0)
     rtol: float | None = Field(default=None, gt=0)
     atol: float | None = Field(default=None, gt=0)
     t1: float = Field(gt=0)
     save_every: float | None = Field(default=None, gt=0)
     save_times: list[float] | None = None
+    save_log: int | None = Field(default=None, ge=2)
+    kappa: float | None = Field(default=None, gt=0)
     max_steps: int = Field(default=1_000_000, ge=1)
 
     @model_validator(mode="after")
@@ -122,10 +129,18 @@ class SolverSpec(Strict):
             raise ValueError("adaptive stepping needs both rtol and atol")
         if not adaptive and self.dt is None:
             raise ValueError("give dt (fixed step) or rtol and atol (adaptive)")
-        if adaptive and self.method != "dopri5":
+        if adaptive and self.method not in ("dopri5", "long"):
             raise ValueError(f"method = {self.method!r} has no error estimate; adaptive stepping needs 'dopri5'")
-        if self.save_every is not None and self.save_times is not None:
-            raise ValueError("give save_every or save_times, not both")
+        if self.method == "long" and not adaptive:
+            raise ValueError("method = 'long' chooses its own steps: give rtol and atol, not dt")
+        if self.kappa is not None and (self.method != "euler" or self.dt is None):
+            raise ValueError("solver.kappa (the noisy model) is integrated by projected Euler-Maruyama: use method = 'euler' with dt")
+        if sum(v is not None for v in (self.save_every, self.save_times, self.save_log)) > 1:
+            raise ValueError("give one of save_every, save_times and save_log")
+        if self.save_log is not None and self.dt is not None:
+            raise ValueError("save_log times are not on a dt grid: use adaptive steps (rtol and atol) with save_log")
+        if self.save_log is not None and self.t1 <= 1e-2:
+            raise ValueError(f"save_log spaces times from 1e-2 to t1; t1 = {self.t1} must be larger")
         return self
 
 
@@ -241,6 +256,8 @@ def initial_state(config: SimulationConfig, rng: np.random.Generator) -> np.ndar
 
 
 def save_times(s: SolverSpec) -> np.ndarray:
+    if s.save_log is not None:
+        return np.concatenate([[0.0], np.geomspace(1e-2, s.t1, s.save_log)])
     if s.save_times is not None:
         ts = np.asarray(s.save_times, dtype=np.float64)
         if ts.ndim != 1 or ts.size == 0 or ts[0] != 0 or np.any(np.diff(ts) <= 0) or ts[-1] > s.t1:
@@ -266,12 +283,18 @@ def save_times(s: SolverSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Setup:
+    """A built config. ``kind``: ``ode`` (:func:`attndyn.simulate`), ``sde`` (the noisy model, with
+    ``kappa`` and ``noise_seed``) or ``long`` (:func:`attndyn.simulate_long`)."""
+
     model: Model
     x0: torch.Tensor
     ts: np.ndarray
     solver: Tableau
     step: FixedStep | AdaptiveStep
     max_steps: int
+    kind: Literal["ode", "sde", "long"] = "ode"
+    kappa: float | None = None
+    noise_seed: int | None = None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -292,11 +315,11 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-ROLES = {"x0": 0, "Q": 1, "K": 2, "V": 3, "ff": 4}
+ROLES = {"x0": 0, "Q": 1, "K": 2, "V": 3, "ff": 4, "noise": 5}
 
 
 def rng_for(seed: int, role: str) -> np.random.Generator:
-    """The random stream of one role (``x0``, ``Q``, ``K``, ``V``, ``ff``) of a seed.
+    """The random stream of one role (``x0``, ``Q``, ``K``, ``V``, ``ff``, ``noise``) of a seed.
 
     ``SeedSequence(seed, spawn_key=(k,))`` per role: the streams are independent, and changing n or
     d (which changes how many numbers x0 draws) leaves every other role's draws unchanged.
@@ -321,6 +344,18 @@ def build(config: SimulationConfig) -> Setup:
         step = FixedStep(s.dt) if s.dt is not None else AdaptiveStep(rtol=s.rtol, atol=s.atol)
         device = resolve_device(config.device)
         x0 = torch.from_numpy(x0).to(device=device, dtype=getattr(torch, config.dtype))
+        if s.kappa is not None:
+            if model.geometry != "sphere":
+                raise ConfigError("solver.kappa: the noisy model lives on the sphere; set model.geometry = 'sphere'")
+            noise_seed = int(rng_for(seed, "noise").integers(2**62))
+            return Setup(model, x0, save_times(s), SOLVERS["euler"](), step, s.max_steps, "sde", s.kappa, noise_seed)
+        if s.method == "long":
+            from .longtime import check_model
+
+            check_model(model)
+            if not np.allclose(np.linalg.norm(x0.cpu().numpy(), axis=-1), 1.0):
+                raise ConfigError(f"method = 'long' integrates unit tokens; init.kind = {config.init.kind!r} gives others: use 'sphere'")
+            return Setup(model, x0, save_times(s), SOLVERS["dopri5"](), step, s.max_steps, "long")
         return Setup(model, x0, save_times(s), SOLVERS[s.method](), step, s.max_steps)
     except ConfigError:
         raise

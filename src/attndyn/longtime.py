@@ -65,7 +65,8 @@ class LongTrajectory:
     steps: dict | None = None
 
 
-def _validate(model: Model) -> torch.Tensor:
+def check_model(model: Model) -> torch.Tensor:
+    """Raise ValueError (naming what is missing) unless :func:`simulate_long` supports ``model``; returns Q^T K."""
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
     w = model.weights
@@ -119,7 +120,7 @@ def simulate_long(
     the method and its limits. Raises ``ValueError`` for other models or bad inputs and
     ``RuntimeError`` at ``max_steps``.
     """
-    Mt = _validate(model)
+    Mt = check_model(model)
     M = None if torch.equal(Mt, torch.eye(len(Mt), dtype=Mt.dtype)) else Mt.numpy()
     beta = float(model.beta)
     x = as_float_tensor(x0, "x0").to(torch.float64).numpy()

@@ -12,7 +12,7 @@ time. The CLI's ``simulate`` and ``analyze`` only parse arguments and print; swe
 :func:`execute` on workers.
 
 Random draws (``attndyn.config.rng_for``) come from one stream per role (x0, Q, K, V, the
-feed-forward W), each derived from the seed by ``numpy.random.SeedSequence(seed, spawn_key=(role,))``:
+feed-forward W, the noise of the noisy model), each derived from the seed by ``numpy.random.SeedSequence(seed, spawn_key=(role,))``:
 changing n or d changes the initial state only, not the weights drawn for another role.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import SimulationConfig, build
+from .config import Setup, SimulationConfig, build
 from .dynamics import Model
 from .io import RunFolderError, load_run, write_json, write_npz
 from .weights import FeedForward, Weights, to_numpy
@@ -51,14 +51,38 @@ class Run:
 def execute(config: SimulationConfig, *, progress: Callable[[float], None] | None = None) -> Run:
     """Build and integrate ``config``; raises ConfigError (bad config) or RuntimeError/FloatingPointError (a failed run)."""
     from . import __version__
-    from .simulation import simulate
 
     setup = build(config)
     start = time.perf_counter()
-    traj = simulate(setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress)
+    ts, xs, stats = integrate(setup, progress=progress)
     wall = time.perf_counter() - start
+    return Run(config.model_dump(mode="json"), setup.model, ts, xs, stats, wall, __version__)
+
+
+def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Integrate a built config with the integrator its solver section names: ``(ts, xs, stats)``.
+
+    ``ode``: :func:`attndyn.simulate` (``x0`` may carry batch dimensions); ``sde``: the noisy model
+    by projected Euler-Maruyama, seeded by the config's ``noise`` stream; ``long``:
+    :func:`attndyn.simulate_long` (stats add the merge count).
+    """
+    from .simulation import simulate
+
+    if setup.kind == "sde":
+        from .noise import simulate_sde
+
+        ts, xs = simulate_sde(setup.model, setup.x0, setup.ts, kappa=setup.kappa, dt=setup.step.dt, seed=setup.noise_seed)
+        steps = round(float(ts[-1]) / setup.step.dt)
+        return ts, xs, {"nfev": steps, "steps": steps, "rejected": 0}
+    if setup.kind == "long":
+        from .longtime import simulate_long
+
+        traj = simulate_long(setup.model, setup.x0, setup.ts, rtol=setup.step.rtol, atol=setup.step.atol, max_steps=setup.max_steps)
+        stats = {k: int(traj.stats[k]) for k in ("nfev", "steps", "rejected")}
+        return traj.ts, traj.xs, {**stats, "merges": len(traj.merges)}
+    traj = simulate(setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress)
     ts, xs = traj.numpy()
-    return Run(config.model_dump(mode="json"), setup.model, ts, xs, dict(traj.stats), wall, __version__)
+    return ts, xs, dict(traj.stats)
 
 
 def write(run: Run, folder: str | Path) -> Path:
