@@ -36,12 +36,18 @@ def test_version():
     assert result.stdout.startswith("attndyn ")
 
 
-def test_simulate_writes_a_complete_run(tmp_path):
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY)
-    out = tmp_path / "run"
+def simulated(tmp_path, text: str, name: str = "run") -> tuple[Path, Path]:
+    """Write ``text`` as a config, run ``attndyn simulate`` on it (which must succeed): (config, run folder)."""
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(text)
+    out = tmp_path / name
     result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    return cfg, out
+
+
+def test_simulate_writes_a_complete_run(tmp_path):
+    cfg, out = simulated(tmp_path, TINY)
     run = load_run(out)
     assert run["arrays"]["xs"].shape == (5, 5, 2)
     np.testing.assert_allclose(run["arrays"]["ts"], [0, 0.25, 0.5, 0.75, 1.0])
@@ -95,15 +101,11 @@ LONG = SPHERE + 'method = "long"\nrtol = 1e-10\natol = 1e-12\nt1 = 1e30\nsave_lo
 
 
 def test_noisy_config_runs_the_sde_with_its_own_seed_stream(tmp_path):
-    """solver.kappa: the run equals attndyn.noise.simulate_sde with the config's noise seed, and is reproducible."""
+    """solver.kappa: the run equals attndyn.noise.simulate_sde with the config's noise seed (so a seed reproduces the path)."""
     from attndyn import noise
     from attndyn.config import build, load_config
 
-    cfg = tmp_path / "noisy.toml"
-    cfg.write_text(NOISY)
-    out = tmp_path / "run"
-    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    cfg, out = simulated(tmp_path, NOISY)
     xs = load_run(out)["arrays"]["xs"]
     setup = build(load_config(cfg))
     assert setup.kind == "sde"
@@ -111,21 +113,15 @@ def test_noisy_config_runs_the_sde_with_its_own_seed_stream(tmp_path):
     np.testing.assert_array_equal(xs, direct)
     np.testing.assert_allclose(np.linalg.norm(xs, axis=-1), 1.0, atol=1e-12)
     # the noise moves the tokens: not the deterministic run
-    quiet = tmp_path / "quiet.toml"
-    quiet.write_text(NOISY.replace("kappa = 4.0\n", ""))
-    assert runner.invoke(app, ["simulate", str(quiet), "--out", str(tmp_path / "q")]).exit_code == 0
-    assert np.abs(load_run(tmp_path / "q")["arrays"]["xs"][-1] - xs[-1]).max() > 1e-3
+    _, quiet = simulated(tmp_path, NOISY.replace("kappa = 4.0\n", ""), "quiet")
+    assert np.abs(load_run(quiet)["arrays"]["xs"][-1] - xs[-1]).max() > 1e-3
 
 
 def test_long_config_runs_simulate_long_on_log_spaced_times(tmp_path):
     import attndyn as ad
     from attndyn.config import build, load_config
 
-    cfg = tmp_path / "long.toml"
-    cfg.write_text(LONG)
-    out = tmp_path / "run"
-    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    cfg, out = simulated(tmp_path, LONG)
     run = load_run(out)
     ts, xs = run["arrays"]["ts"], run["arrays"]["xs"]
     assert ts[0] == 0
