@@ -7,8 +7,10 @@
   and atol as attndyn's Dopri5). torchdiffeq is a benchmark-only dependency (``pip install
   torchdiffeq --no-deps``); without it those rows are skipped.
 * Scaling: the same sweep on a Dask LocalCluster with 1 and 2 single-threaded workers.
-* Ledger overhead: a sweep of 10,000 tiny grid points (100 betas x 100 seeds, n = 2, d = 2); the
-  overhead is the driver's time outside ``run_task`` (parsing, SQLite, blobs) over the total.
+* Ledger overhead: sweeps of 10,000 grid points (100 betas x 100 seeds): the overhead is the
+  driver's time outside ``run_task`` (parsing, SQLite, blobs) over the total. Two point sizes: the
+  worst case (n = 2, d = 2, two RK4 steps: 0.2 ms of work a point) and phase-diagram points (n = 32,
+  d = 8, t <= 5).
 Usage: python benchmarks/sweep.py [--quick]
 """
 
@@ -26,6 +28,9 @@ import torch
 import attndyn as ad
 from attndyn import sweep
 from attndyn.dynamics import prepare, vector_field
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import gemm_rate  # noqa: E402
 
 
 def spec(betas, systems, d, T, dt, n=32) -> dict:
@@ -51,40 +56,67 @@ def throughput(quick: bool) -> dict:
         sweep.run_task([s.points[p].config for p in task], s.measures, s.options)
     out["attndyn_batched"] = points / (time.perf_counter() - t)
 
-    # a per-system loop over simulate, and the same systems as one batch (one beta's systems)
+    # one beta's systems: a per-system loop over simulate, the batch through attndyn, the batch
+    # through torchdiffeq; every candidate timed once per round, rounds interleaved, medians
     from attndyn.config import build, parse_config
 
-    task = s.tasks[0]
+    task = s.tasks[-1]  # the largest beta: the stiffest systems
     setups = [build(parse_config(s.points[p].config)) for p in task]
-    t = time.perf_counter()
-    for st in setups:
-        ad.simulate(st.model, st.x0, st.ts, solver=st.solver, step=st.step)
-    out["per_system_loop"] = len(task) / (time.perf_counter() - t)
     first = setups[0]
     x0 = torch.stack([st.x0 for st in setups])
-    t = time.perf_counter()
-    ad.simulate(first.model, x0, first.ts, solver=ad.RK4(), step=ad.FixedStep(dt))
-    out["attndyn_rk4_batch"] = len(task) / (time.perf_counter() - t)
-    t = time.perf_counter()
-    ad.simulate(first.model, x0, first.ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-6, atol=1e-8))
-    out["attndyn_dopri5_batch"] = len(task) / (time.perf_counter() - t)
+    ts = first.ts
+    reference = ad.simulate(first.model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-14)).xs[-1]
 
+    def error(final) -> float:
+        return float((final - reference).abs().max())
+
+    candidates = {
+        "per_system_loop": lambda: torch.stack([ad.simulate(st.model, st.x0, ts, solver=st.solver, step=st.step).xs[-1] for st in setups]),
+    }
+    steps, rtols = (0.2, 0.1, 0.05), (1e-4, 1e-6, 1e-8, 1e-10)
+    for h in steps:
+        candidates[f"attndyn_rk4_dt{h:g}"] = lambda h=h: ad.simulate(first.model, x0, ts, solver=ad.RK4(), step=ad.FixedStep(h)).xs[-1]
+    for rtol in rtols:
+        candidates[f"attndyn_dopri5_{rtol:g}"] = lambda rtol=rtol: ad.simulate(
+            first.model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=rtol * 1e-2)
+        ).xs[-1]
     try:
         import torchdiffeq
     except ImportError:
-        return out
-    args = prepare(first.model, x0)
+        torchdiffeq = None
+    if torchdiffeq is not None:
+        args = prepare(first.model, x0)
 
-    def f(t, x):
-        return vector_field(float(t), x, args)
+        def f(t, x):
+            return vector_field(float(t), x, args)
 
-    ts = torch.as_tensor(first.ts)
-    t = time.perf_counter()
-    torchdiffeq.odeint(f, x0, ts, method="rk4", options={"step_size": dt})
-    out["torchdiffeq_rk4_batch"] = len(task) / (time.perf_counter() - t)
-    t = time.perf_counter()
-    torchdiffeq.odeint(f, x0, ts, method="dopri5", rtol=1e-6, atol=1e-8)
-    out["torchdiffeq_dopri5_batch"] = len(task) / (time.perf_counter() - t)
+        def tdq(**kw):
+            return torchdiffeq.odeint(f, x0, torch.as_tensor(ts), **kw)[-1]
+
+        for h in steps:
+            candidates[f"torchdiffeq_rk4_dt{h:g}"] = lambda h=h: tdq(method="rk4", options={"step_size": h})
+        for rtol in rtols:
+            candidates[f"torchdiffeq_dopri5_{rtol:g}"] = lambda rtol=rtol: tdq(method="dopri5", rtol=rtol, atol=rtol * 1e-2)
+    times = {k: [] for k in candidates}
+    errors = {}
+    for _ in range(3):
+        for name, run in candidates.items():
+            start = time.perf_counter()
+            final = run()
+            times[name].append(time.perf_counter() - start)
+            errors[name] = error(final)
+    for name in candidates:
+        out[name] = len(task) / float(np.median(times[name]))
+    out["errors"] = errors
+    # equal accuracy: at each error target, each library's cheapest configuration that meets it
+    out["equal_accuracy"] = {}
+    for target in (1e-5, 1e-7, 1e-9):
+        best = {}
+        for lib in ("attndyn", "torchdiffeq"):
+            ok = [k for k in candidates if k.startswith(lib) and errors[k] <= target]
+            if ok:
+                best[lib] = max(ok, key=lambda k: out[k])
+        out["equal_accuracy"][target] = best
     return out
 
 
@@ -116,8 +148,9 @@ def _toml(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ledger_overhead() -> dict:
-    data = spec(np.linspace(0.5, 5, 100).round(6).tolist(), 100, 2, 0.2, 0.1, n=2)
+def ledger_overhead(n: int = 2, d: int = 2, T: float = 0.2) -> dict:
+    """100 betas x 100 seeds = 10,000 points of n tokens in d dimensions, RK4 to T at dt = 0.1."""
+    data = spec(np.linspace(0.5, 5, 100).round(6).tolist(), 100, d, T, 0.1, n=n)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sweep.toml"
         path.write_text(_toml(data))
@@ -145,28 +178,32 @@ def ledger_overhead() -> dict:
 def main():
     quick = "--quick" in sys.argv
     tp = throughput(quick)
-    print(f"phase-diagram sweep, n = 32, d = 128 ({tp['points']} grid points), systems per second:")
-    for key in (
-        "attndyn_batched",
-        "per_system_loop",
-        "attndyn_rk4_batch",
-        "torchdiffeq_rk4_batch",
-        "attndyn_dopri5_batch",
-        "torchdiffeq_dopri5_batch",
-    ):
-        if key in tp:
-            print(f"  {key:26s} {tp[key]:8.2f}")
+    print(f"phase-diagram sweep, n = 32, d = 128 ({tp['points']} grid points), systems per second (medians of 3 interleaved rounds):")
+    for key, value in tp.items():
+        if key not in ("points", "errors", "equal_accuracy"):
+            err = tp["errors"].get(key)
+            print(f"  {key:28s} {value:8.2f}" + (f"   final-state error {err:.1e}" if err is not None else ""))
     print(f"  whole sweep (build, batched RK4, measures) / per-system loop of simulate: {tp['attndyn_batched'] / tp['per_system_loop']:.1f}x")
-    print(f"  batched RK4 / per-system loop: {tp['attndyn_rk4_batch'] / tp['per_system_loop']:.1f}x")
-    if "torchdiffeq_rk4_batch" in tp:
-        print(f"  attndyn / torchdiffeq, same batch and field: RK4 {tp['attndyn_rk4_batch'] / tp['torchdiffeq_rk4_batch']:.2f}x, ", end="")
-        print(f"Dopri5 at equal tolerances {tp['attndyn_dopri5_batch'] / tp['torchdiffeq_dopri5_batch']:.2f}x")
+    print(f"  batched RK4 (dt = 0.1, the loop's step) / per-system loop: {tp['attndyn_rk4_dt0.1'] / tp['per_system_loop']:.1f}x")
+    gemm = gemm_rate()
+    per_system = 2 * 2 * 32 * 32 * 128 * 4 * (50 if quick else 100)  # two n x n x d GEMMs per evaluation, 4 per RK4 step
+    print(f"  the GEMM bound ({gemm / 1e9:.1f} GFLOP/s float64): {gemm / per_system:.0f} systems/s; the batch reaches ", end="")
+    print(f"{100 * tp['attndyn_rk4_dt0.1'] * per_system / gemm:.0f} % of it, the loop {100 * tp['per_system_loop'] * per_system / gemm:.0f} %")
+    for target, best in tp["equal_accuracy"].items():
+        if len(best) == 2:
+            a, b = best["attndyn"], best["torchdiffeq"]
+            print(f"  equal accuracy, final-state error <= {target:g}: attndyn {a} / torchdiffeq {b} = {tp[a] / tp[b]:.2f}x")
+    if "torchdiffeq_rk4_dt0.1" in tp:
+        same = tp["attndyn_rk4_dt0.1"] / tp["torchdiffeq_rk4_dt0.1"]
+        print(f"  same algorithm and field (RK4, dt = 0.1): attndyn / torchdiffeq = {same:.2f}x")
     sc = scaling(quick)
     print(f"Dask LocalCluster (started beforehand): 1 worker {sc[1]:.1f} s, 2 workers {sc[2]:.1f} s: speed-up {sc[1] / sc[2]:.2f}x")
-    lo = ledger_overhead()
-    share = 100 * lo["overhead"]
-    print(f"ledger: {lo['points']} points, {lo['tasks']} tasks: {lo['total']:.1f} s total, {lo['compute']:.1f} s in tasks, overhead {share:.1f} %")
-    assert math.isfinite(lo["overhead"])
+    for label, size in (("worst case, n = 2, d = 2, 2 steps", {}), ("phase-diagram points, n = 32, d = 8, t <= 5", {"n": 32, "d": 8, "T": 5.0})):
+        lo = ledger_overhead(**size)
+        share = 100 * lo["overhead"]
+        print(f"ledger ({label}): {lo['points']} points, {lo['tasks']} tasks: {lo['total']:.1f} s total, ", end="")
+        print(f"{lo['compute']:.1f} s in tasks, overhead {share:.1f} %")
+        assert math.isfinite(lo["overhead"])
 
 
 if __name__ == "__main__":

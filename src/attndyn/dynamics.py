@@ -342,8 +342,8 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
             out = out + b
     if split:
         return _scheme_velocity(t, out, theta, r, args)
-    if args.sphere:
-        out = out - (out * x).sum(-1, keepdim=True) * x
+    if args.sphere:  # the tangent projection in two passes (a dot product and one addcmul)
+        out = torch.addcmul(out, torch.linalg.vecdot(out, x).unsqueeze(-1), x, value=-1.0)
     return out
 
 

@@ -226,7 +226,7 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     validated: dict[str, dict] = {}  # per task: the resolved config of its first point
     for pid, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
         coords = dict(zip(keys, combo, strict=True))
-        group = json.dumps({k: v for k, v in coords.items() if k != "seed"}, sort_keys=True)
+        group = tuple((k, _hashable(v)) for k, v in coords.items() if k != "seed")
         if group in validated:
             # another seed of a validated point: a seed is an integer and changes nothing else, so
             # the resolved config is the first point's with this seed (no second validation)
@@ -256,6 +256,13 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
         tasks[tid].append(pid)
         points.append(Point(pid, tid, coords, resolved))
     return Sweep(spec, grid, points, tasks, measures, options, ts or [])
+
+
+def _hashable(value) -> tuple:
+    """A grid value as a dict key that tells 1, 1.0 and true apart (as the sweep's JSON does)."""
+    if isinstance(value, bool | int | float | str):
+        return (type(value).__name__, value)
+    return ("json", json.dumps(value, sort_keys=True))
 
 
 def load_spec(path: str | Path) -> Sweep:
@@ -332,9 +339,22 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
 
 def _blob(arrays: dict) -> bytes:
     """A point's measures as bytes: a JSON header (names, shapes) then the float64 data, in order."""
-    values = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}  # 0-d stays 0-d; tobytes is C order
-    header = json.dumps({k: list(v.shape) for k, v in values.items()}).encode()
-    return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for v in values.values())
+    return _blobs([arrays])[0]
+
+
+def _blobs(results: list[dict]) -> list[bytes]:
+    """:func:`_blob` of each point; the points of a task share their header (same names and shapes)."""
+    headers: dict[tuple, bytes] = {}
+    out = []
+    for arrays in results:
+        values = [(k, np.asarray(v, dtype=np.float64)) for k, v in arrays.items()]  # 0-d stays 0-d; tobytes is C order
+        signature = tuple((k, v.shape) for k, v in values)
+        prefix = headers.get(signature)
+        if prefix is None:
+            header = json.dumps({k: list(shape) for k, shape in signature}).encode()
+            prefix = headers[signature] = len(header).to_bytes(4, "little") + header
+        out.append(prefix + b"".join(v.tobytes() for _, v in values))
+    return out
 
 
 def _unblob(data: bytes) -> dict:
@@ -399,7 +419,7 @@ class Ledger:
 
     def done(self, task_id: int, point_ids: list[int], results: list[dict], seconds: float) -> None:
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", [(p, _blob(r)) for p, r in zip(point_ids, results, strict=True)])
+            self.db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", list(zip(point_ids, _blobs(results), strict=True)))
             self.db.execute("UPDATE tasks SET status = 'done', error = NULL, seconds = ? WHERE task_id = ?", (seconds, task_id))
 
     def failed(self, task_id: int, error: str, seconds: float) -> None:
