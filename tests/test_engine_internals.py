@@ -283,3 +283,14 @@ def test_public_functions_are_annotated():
                 if gaps:
                     missing.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} {gaps}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_first_adaptive_step_stays_within_the_first_save_interval():
+    """A nearly still state (saturated attention, rescaled tokens) made the starting-step heuristic
+    try t ~ 1e3, where e^{tV} overflows; the first step is now capped by the first save interval."""
+    import attndyn as ad
+
+    model = ad.Model(ad.Weights.from_value(0.6 * np.eye(40)), beta=1.0, rescaled=True)
+    x0 = np.random.default_rng(7).standard_normal((3, 12, 40))
+    traj = ad.simulate(model, x0, np.linspace(0.0, 4.0, 9), solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-11, atol=1e-13))
+    assert np.isfinite(traj.xs.numpy()).all()

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from attndyn import runs, sweep
@@ -351,3 +353,23 @@ def test_run_record_round_trips_through_its_folder(tmp_path):
     (tmp_path / "r" / "summary.json").unlink()
     with pytest.raises(Exception, match="incomplete"):
         runs.read(tmp_path / "r")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["", '[weights]\nQ = { kind = "random", dist = "gaussian", scale = 0.5 }\n'],
+    ids=["identity weights", "random weights"],
+)
+def test_building_a_task_s_seeds_together_equals_building_each(extra):
+    from attndyn.config import build, build_many
+
+    configs = [parse_config({**tomllib.loads(BASE + extra), "seed": seed}) for seed in (0, 1, 2)]
+    noisy = parse_config({**tomllib.loads(BASE.replace('method = "rk4"', 'method = "euler"') + "kappa = 2.0\n"), "seed": 5})
+    together = build_many([*configs, noisy, configs[1]])
+    for config, got in zip([*configs, noisy, configs[1]], together, strict=True):
+        want = build(config)
+        assert torch.equal(got.x0, want.x0)
+        for name in ("Q", "K", "V"):
+            assert torch.equal(getattr(got.model.weights, name), getattr(want.model.weights, name))
+        assert (got.kind, got.noise_seed, got.solver, got.step) == (want.kind, want.noise_seed, want.solver, want.step)
+    assert not torch.equal(together[0].x0, together[1].x0)

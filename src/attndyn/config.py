@@ -16,6 +16,7 @@ G ~ N(0, scale^2), ``bbt`` B B^T with B ~ U[-scale, scale]; ``m`` rows for Q and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import tomllib
@@ -354,7 +355,7 @@ def build(config: SimulationConfig) -> Setup:
         if s.kappa is not None:
             if model.geometry != "sphere":
                 raise ConfigError("solver.kappa: the noisy model lives on the sphere; set model.geometry = 'sphere'")
-            noise_seed = int(rng_for(seed, "noise").integers(2**62))
+            noise_seed = _noise_seed(seed)
             return Setup(model, x0, save_times(s), SOLVERS["euler"](), step, s.max_steps, "sde", s.kappa, noise_seed)
         if s.method == "long":
             from .longtime import check_model
@@ -368,6 +369,39 @@ def build(config: SimulationConfig) -> Setup:
         raise
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+
+
+def _noise_seed(seed: int) -> int:
+    """The torch generator seed of the noisy model's Brownian path (the seed's ``noise`` stream)."""
+    return int(rng_for(seed, "noise").integers(2**62))
+
+
+def _draws_weights(config: SimulationConfig) -> bool:
+    """Whether building ``config`` draws any weight at random (so the seed changes the model)."""
+    w = config.weights
+    specs = [w.Q, w.K, w.V] + ([w.feedforward.W] if w.feedforward is not None else [])
+    return any(spec.kind == "random" for spec in specs)
+
+
+def build_many(configs: list[SimulationConfig]) -> list[Setup]:
+    """``[build(c) for c in configs]``, sharing the work among configs that differ only in ``seed``
+    and draw no random weights: those share one model and draw only their initial state (and
+    noise seed). A sweep task builds its seeds this way (about 1 ms saved per grid point at d = 128)."""
+    out: list[Setup] = []
+    built: dict[str, tuple[SimulationConfig, Setup]] = {}
+    for config in configs:
+        key = config.model_dump_json(exclude={"seed"})
+        if key in built and not _draws_weights(config):
+            _, first = built[key]
+            x0 = initial_state(config, rng_for(config.seed, "x0"))
+            x0 = torch.from_numpy(x0).to(device=first.x0.device, dtype=first.x0.dtype)
+            noise_seed = _noise_seed(config.seed) if first.kind == "sde" else None
+            out.append(dataclasses.replace(first, x0=x0, noise_seed=noise_seed))
+            continue
+        setup = build(config)
+        built.setdefault(key, (config, setup))
+        out.append(setup)
+    return out
 
 
 # --- mean-field runs (``attndyn meanfield``) --------------------------------------------------------

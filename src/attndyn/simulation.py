@@ -84,6 +84,7 @@ def simulate(
     observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
     max_steps: int = 100_000,
     progress: Callable[[float], None] | None = None,
+    span: bool = False,
 ) -> Trajectory:
     """Integrate ``model`` from ``x0`` at ``ts[0]`` and save the state at every time in ``ts``.
 
@@ -101,12 +102,22 @@ def simulate(
     observe : optional ``f(t, x) -> tensor`` recorded at each save time.
     max_steps : cap on accepted + rejected steps.
     progress : optional callback ``progress(t)`` after each accepted step.
+    span : integrate in the span of x0 when d > n (see :func:`span_obstruction`): the same
+        trajectory, at the cost of n dimensions instead of d; ``ValueError`` for a model whose
+        dynamics do not commute with rotations.
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
     x = prepare_state(model, x0)
+    if span:
+        reason = span_obstruction(model)
+        if reason is not None:
+            raise ValueError(f"span=True needs dynamics that commute with rotations; this model has {reason}.")
+        n, d = x.shape[-2:]
+        if d > n:
+            return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
     args = prepare(model, x)
     try:
         sol = integrate(
@@ -132,6 +143,49 @@ def simulate(
         observed=sol.observed,
         variable="z" if model.rescaled else "x",
     )
+
+
+def span_obstruction(model: Model) -> str | None:
+    """Why ``model``'s dynamics may leave the span of x0 (``None`` when they cannot).
+
+    With Q_h^T K_h = alpha_h I and V_h = mu_h I for every head and no feed-forward layer, the
+    velocity of each token is a combination of the tokens (minus a multiple of itself on the
+    sphere, or the radius/direction split of a scheme), and the scores are alpha_h <x_i, x_j>: the
+    dynamics commute with every rotation, so the rows of X(t) stay in the span of those of X(0).
+    Writing X = Y U^T with U an orthonormal basis of that span (d x n), Y follows the same model
+    in n dimensions with Q = alpha I, K = V = mu I, exactly.
+    """
+    w = model.weights
+    if w.ff is not None:
+        return "a feed-forward layer"
+    eye = torch.eye(w.d, dtype=w.Q.dtype)
+    for h in range(w.heads):
+        M = w.Q[h].transpose(0, 1) @ w.K[h]
+        if not torch.allclose(M, M[0, 0] * eye, rtol=0.0, atol=1e-14 * max(1.0, float(M.abs().max()))):
+            return f"Q^T K of head {h} not a multiple of the identity"
+        if not torch.equal(w.V[h], w.V[h][0, 0] * eye):
+            return f"V of head {h} not a multiple of the identity"
+    return None
+
+
+def _simulate_in_span(model: Model, x: torch.Tensor, ts, *, observe, **options) -> Trajectory:
+    """:func:`simulate` in the span of x0 (``span=True`` with d > n; the model already checked)."""
+    w = model.weights
+    n = x.shape[-2]
+    # X0^T = U R (thin QR per batch member): U (..., d, n) orthonormal, X0 = R^T U^T, so Y0 = R^T
+    U, R = torch.linalg.qr(x.transpose(-1, -2), mode="reduced")
+    y0 = R.transpose(-1, -2).contiguous()
+    eye = torch.eye(n, dtype=w.Q.dtype)
+    alphas = [float((w.Q[h].transpose(0, 1) @ w.K[h])[0, 0]) for h in range(w.heads)]
+    mus = [float(w.V[h][0, 0]) for h in range(w.heads)]
+    reduced = dataclasses.replace(
+        model,
+        weights=Weights(torch.stack([a * eye for a in alphas]), torch.stack([eye] * w.heads), torch.stack([m * eye for m in mus])),
+    )
+    Ut = U.transpose(-1, -2)
+    watch = None if observe is None else (lambda t, y: observe(t, y @ Ut))
+    traj = simulate(reduced, y0, ts, observe=watch, **options)
+    return dataclasses.replace(traj, xs=traj.xs @ Ut)
 
 
 def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float) -> Trajectory:

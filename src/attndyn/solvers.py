@@ -282,19 +282,23 @@ def error_norm(err: torch.Tensor, x: torch.Tensor, x_new: torch.Tensor, rtol: fl
     return float(r.mean(-1).sqrt().max())
 
 
-def initial_step(f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, order: int, rtol: float, atol: float, nbatch_dims: int) -> tuple[float, int]:
-    """Hairer, Norsett, Wanner I, §II.4 starting-step heuristic. Returns ``(dt, nfev)``."""
+def initial_step(
+    f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, order: int, rtol: float, atol: float, nbatch_dims: int, max_step: float = math.inf
+) -> tuple[float, int]:
+    """Hairer, Norsett, Wanner I, §II.4 starting-step heuristic, at most ``max_step`` (the first
+    save interval: a nearly still state must not send the trial stage past where the field is
+    defined, e.g. where e^{tV} overflows). Returns ``(dt, nfev)``."""
     zero = torch.zeros_like(x)
     d0 = error_norm(x, zero, x, rtol, atol, nbatch_dims)
     d1 = error_norm(k1, zero, x, rtol, atol, nbatch_dims)
-    h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
+    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, max_step)
     k2 = f(t + h0, x + h0 * k1)
     d2 = error_norm(k2 - k1, zero, x, rtol, atol, nbatch_dims) / h0
     if d1 <= 1e-15 and d2 <= 1e-15:
         h1 = max(1e-6, h0 * 1e-3)
     else:
         h1 = (0.01 / max(d1, d2)) ** (1.0 / (order + 1))
-    return min(100 * h0, h1), 1
+    return min(100 * h0, h1, max_step), 1
 
 
 # Relative tolerance for "this save time lies on the dt grid".
@@ -419,7 +423,7 @@ def integrate(
         k1 = g(t, x)
         stats["nfev"] += 1
         if step.dt0 is None:
-            dt, nf = initial_step(g, t, x, k1, solver.order - 1, step.rtol, step.atol, batch_dims)
+            dt, nf = initial_step(g, t, x, k1, solver.order - 1, step.rtol, step.atol, batch_dims, max_step=times[1] - times[0])
             stats["nfev"] += nf
         else:
             dt = step.dt0

@@ -293,13 +293,16 @@ def _same_model(a, b) -> bool:
 def run_task(configs: list[dict], measures: list[str], options: dict) -> list[dict]:
     """Simulate the grid points of one task and return their measures (one dict of arrays per point).
 
-    Points whose models are identical are integrated as one batch; the others one by one.
+    Points whose models are identical are integrated as one batch; the others one by one. When
+    d > n and the weights commute with rotations (Q^T K and V multiples of I, no feed-forward), a
+    batch is integrated in the span of its initial tokens (``simulate(..., span=True)``): n
+    dimensions instead of d, the same trajectory.
     """
     import torch
 
     from . import runs
-    from .config import build
-    from .simulation import simulate
+    from .config import build_many
+    from .simulation import simulate, span_obstruction
 
     try:
         from distributed import get_worker
@@ -309,7 +312,7 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
     except (ImportError, ValueError):
         pass
     functions = [measure_function(m) for m in measures]
-    setups = [build(parse_config(c)) for c in configs]
+    setups = build_many([parse_config(c) for c in configs])
     out: list[dict | None] = [None] * len(setups)
     batches: list[list[int]] = []
     for i, s in enumerate(setups):
@@ -327,7 +330,9 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
     for batch in batches:
         first = setups[batch[0]]
         x0 = torch.stack([setups[i].x0 for i in batch])
-        traj = simulate(first.model, x0, first.ts, solver=first.solver, step=first.step, max_steps=first.max_steps)
+        # d > n with rotation-commuting weights (Q = K = V = I, ...): integrate in the span of x0
+        span = x0.shape[-1] > x0.shape[-2] and span_obstruction(first.model) is None
+        traj = simulate(first.model, x0, first.ts, solver=first.solver, step=first.step, max_steps=first.max_steps, span=span)
         ts, xs = traj.numpy()  # (T,), (T, B, n, d)
         for b, i in enumerate(batch):
             out[i] = {m: np.asarray(f(ts, xs[:, b], first.model, options), dtype=np.float64) for m, f in zip(measures, functions, strict=True)}
