@@ -71,8 +71,10 @@ def save(fig: Figure, path: str | Path, *, dpi: int = 120, vector: bool = True) 
         fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
         atomic_write_bytes(path, buf.getvalue())
         if vector:
+            # the tight box of the PNG (in inches), so the SVG does not lay the figure out twice more
+            box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
             buf = io.BytesIO()
-            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+            fig.savefig(buf, format="svg", bbox_inches=box, metadata={"Date": None})
             atomic_write_bytes(path.with_suffix(".svg"), buf.getvalue())
     return path
 
