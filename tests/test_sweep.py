@@ -104,6 +104,21 @@ def test_measures_against_direct_computation(tmp_path):
     assert ds["cluster_count"].sel({"model.beta": 9.0}).item() > 1
 
 
+def test_measures_of_a_batch_equal_those_of_each_point(tmp_path):
+    """Seeds integrated as one batch, their over-time measures computed in one call: each point as if alone."""
+    path = write_sweep(tmp_path, '"model.beta" = [3.0]\nseed = [0, 1, 2]', 'measures = ["pair_fraction", "energy", "time_to_one_cluster"]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    ds = sweep.load(tmp_path / "out")
+    for point in sweep.load_spec(path).points:
+        run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
+        x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
+        G = np.einsum("tid,tjd->tij", x, x)
+        where = {"model.beta": 3.0, "seed": point.coords["seed"]}
+        np.testing.assert_allclose(ds["energy"].sel(where).values, np.exp(3.0 * (G - 1)).mean((1, 2)), rtol=1e-12)
+        iu = np.triu_indices(8, 1)
+        np.testing.assert_array_equal(ds["pair_fraction"].sel(where).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
+
+
 def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
     """A grid over model.scheme (SPEC §8.5): each point equals the same config run alone."""
     path = write_sweep(tmp_path, '"model.scheme" = ["post", "pre", "peri"]\nseed = [1]', 'measures = ["pair_fraction", "energy"]')
