@@ -73,7 +73,7 @@ def run(config: Config) -> Result:
         traj = simulate_long(model, x0, ts)
         arrays[f"ts{k}"], arrays[f"energy{k}"] = ts, ms.normalized_energy(traj.xs, beta)
         arrays[f"xs{k}"] = traj.xs
-        gaps.append(traj.stats["underflow"] * 745.0)
+        gaps.append(traj.stats["logit_gap"])
     arrays["logit_gap"] = np.array(gaps)
     c0, beta = config.pair_c0, config.pair_beta
     model = ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere")
