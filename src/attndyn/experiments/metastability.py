@@ -19,13 +19,14 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2410.06833 (dynamic metastability in self-attention), as restated in SPEC §8.4",
     title="Metastability: an energy staircase at sum m_a^2, and the pairing phase",
     statement=(
-        "On the sphere at large beta, tokens sit in clusters for times of order e^{beta (1 - cos theta)} before two of them "
-        "merge. Judged: (i) on every plateau of the normalised energy E(t) = n^-2 sum_ij e^{beta(<x_i, x_j> - 1)} lasting at "
-        "least 2 decades of t, |E - sum_a m_a^2| <= 1e-3 with m_a the cluster masses measured at the plateau's middle; "
-        "(ii) in the rescaled time s = int e^{-beta (1 - c)} dt the closest pair's cosine follows tanh(2 s + artanh c_0) to "
-        "1e-3 while beta (1 - c) >= 10 (beyond that the law's e^{-beta(1-c)} corrections are not small); (iii) every plateau "
-        "between the first and the last grows (in decades) as beta grows, from the same start; (iv) no interaction that "
-        "the runs needed fell below the float64 range (largest logit gap < 745)."
+        "On the sphere at large beta, tokens sit in clusters for times of order e^{beta (1 - cos theta)} before two of "
+        "them merge. Judged: (i) on every plateau of the normalised energy E(t) = n^-2 sum_ij e^{beta(<x_i, x_j> - 1)} "
+        "lasting at least 2 decades of t, |E - sum_a m_a^2| <= 1e-3 with m_a the cluster masses measured at the "
+        "plateau's middle (single linkage at distance 1e-3); (ii) in the rescaled time s = int e^{-beta (1 - c)} dt the "
+        "closest pair's cosine follows tanh(2 s + artanh c_0) to 1e-3 while beta (1 - c) >= 10 (beyond that the law's "
+        "e^{-beta(1-c)} corrections are not small); (iii) every plateau between the first and the last grows (in "
+        "decades) as beta grows, from the same start; (iv) no interaction that the runs needed fell below the float64 "
+        "range (largest logit gap < 745)."
     ),
     hypotheses=(
         "Q = K = V = I on S^2, n = 5, one random start for every beta. The authors used beta from 500 to 4000; from a start "
