@@ -4,7 +4,7 @@ Contract
 --------
 ``load_config(path)`` reads a TOML file into :class:`SimulationConfig`; ``build(config)``
 returns a :class:`Setup` with the model, the initial state, the solver, the step control and the
-save times. Random draws come from one stream per role (x0, Q, K, V, feed-forward W), each
+save times. Random draws come from one stream per role (x0, Q, K, V, feed-forward W, the noise of the noisy model), each
 ``numpy.random.SeedSequence(seed, spawn_key=(role,))`` (:func:`rng_for`): changing n changes x0 only. Strings from the file are resolved to library
 objects here, once (the library itself takes typed objects). An edge module: it imports pydantic.
 
