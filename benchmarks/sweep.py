@@ -132,21 +132,29 @@ def throughput(quick: bool) -> dict:
 
 
 def scaling(quick: bool) -> dict:
-    """Seconds of the same sweep on 1 and 2 single-threaded workers of an already running LocalCluster."""
+    """The same sweep on 1 and 2 single-threaded workers of already running (and warmed-up)
+    LocalClusters, timed in alternation over three rounds: the median of the per-round speed-ups,
+    and the median seconds."""
     from distributed import LocalCluster
 
-    betas = np.linspace(1, 8, 4 if quick else 8).tolist()
+    # 16 tasks (betas): with only a few, one worker's extra task would dominate the two-worker time
+    betas = np.linspace(1, 8, 16).round(6).tolist()
     data = spec(betas, 16, 64, 5.0 if quick else 10.0, 0.1)
-    out = {}
+    seconds: dict[int, list[float]] = {1: [], 2: []}
+    cluster_options = {"threads_per_worker": 1, "dashboard_address": None, "env": {"OMP_NUM_THREADS": "1"}}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sweep.toml"
         path.write_text(_toml(data))
-        for workers in (1, 2):
-            with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None, env={"OMP_NUM_THREADS": "1"}) as cluster:
-                t = time.perf_counter()
-                sweep.run(path, Path(tmp) / f"w{workers}", scheduler=cluster.scheduler_address)
-                out[workers] = time.perf_counter() - t
-    return out
+        with LocalCluster(n_workers=1, **cluster_options) as one, LocalCluster(n_workers=2, **cluster_options) as two:
+            for workers, cluster in ((1, one), (2, two)):  # warm-up: the workers import attndyn and torch once
+                sweep.run(path, Path(tmp) / f"warm{workers}", scheduler=cluster.scheduler_address)
+            for k in range(3):
+                for workers, cluster in ((1, one), (2, two)):
+                    t = time.perf_counter()
+                    sweep.run(path, Path(tmp) / f"w{workers}-{k}", scheduler=cluster.scheduler_address)
+                    seconds[workers].append(time.perf_counter() - t)
+    ratios = [a / b for a, b in zip(seconds[1], seconds[2], strict=True)]
+    return {1: float(np.median(seconds[1])), 2: float(np.median(seconds[2])), "speedup": float(np.median(ratios)), "ratios": ratios}
 
 
 def _toml(data: dict) -> str:
@@ -212,7 +220,9 @@ def main():
         same = tp["attndyn_rk4_dt0.1"] / tp["torchdiffeq_rk4_dt0.1"]
         print(f"  same algorithm and field (RK4, dt = 0.1): attndyn / torchdiffeq = {same:.2f}x")
     sc = scaling(quick)
-    print(f"Dask LocalCluster (started beforehand): 1 worker {sc[1]:.1f} s, 2 workers {sc[2]:.1f} s: speed-up {sc[1] / sc[2]:.2f}x")
+    rounds = ", ".join(f"{r:.2f}" for r in sc["ratios"])
+    print(f"Dask LocalCluster (started beforehand), 16 tasks: 1 worker {sc[1]:.1f} s, 2 workers {sc[2]:.1f} s (medians): ", end="")
+    print(f"speed-up {sc['speedup']:.2f}x (rounds: {rounds})")
     for label, size in (("worst case, n = 2, d = 2, 2 steps", {}), ("phase-diagram points, n = 32, d = 8, t <= 5", {"n": 32, "d": 8, "T": 5.0})):
         lo = ledger_overhead(**size)
         share = 100 * lo["overhead"]
