@@ -62,11 +62,11 @@ def test_hardmax_causal_restricts_argmax():
 
 @pytest.mark.parametrize("shape", [(32, 32, 32), (16, 8, 8), (4, 32, 32), (1, 20, 20), (32, 64, 64)])
 def test_row_softmax_equals_torch_softmax_on_every_path(shape):
-    """The fast term's softmax (plain passes for many short rows, torch.softmax otherwise)."""
+    """The fast term's softmax (plain in-place passes for many short rows, torch.softmax otherwise)."""
     from attndyn.dynamics import _softmax_rows
 
     L = 30 * torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     L[..., 0, 1] = -math.inf  # a masked entry
-    torch.testing.assert_close(_softmax_rows(L), torch.softmax(L, dim=-1), rtol=1e-14, atol=1e-300)
+    torch.testing.assert_close(_softmax_rows(L.clone()), torch.softmax(L, dim=-1), rtol=1e-14, atol=1e-300)
     L[..., 0, 0] = math.inf  # an overflowed logit: NaN, caught by the solvers at save times
-    assert torch.isnan(_softmax_rows(L)[..., 0, :]).all()
+    assert torch.isnan(_softmax_rows(L.clone())[..., 0, :]).all()

@@ -104,19 +104,34 @@ def test_measures_against_direct_computation(tmp_path):
     assert ds["cluster_count"].sel({"model.beta": 9.0}).item() > 1
 
 
-def test_measures_of_a_batch_equal_those_of_each_point(tmp_path):
-    """Seeds integrated as one batch, their over-time measures computed in one call: each point as if alone."""
-    path = write_sweep(tmp_path, '"model.beta" = [3.0]\nseed = [0, 1, 2]', 'measures = ["pair_fraction", "energy", "time_to_one_cluster"]')
+def alone(point) -> tuple:
+    """A grid point's config run on its own (runs.execute), and its tokens' cosines (T, n, n)."""
+    run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
+    x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
+    return run, np.einsum("tid,tjd->tij", x, x)
+
+
+@pytest.mark.parametrize(
+    ("d", "measures"),
+    [(3, ["pair_fraction", "energy", "time_to_one_cluster"]), (16, ["pair_fraction", "energy"]), (16, ["energy", "cluster_count"])],
+    ids=["batch", "span, inner products", "span, positions"],
+)
+def test_task_measures_equal_those_of_each_point_run_alone(tmp_path, d, measures):
+    """Seeds integrated as one batch, their over-time measures computed in one call; with d = 16 > n = 8
+    the batch runs in the span of x0 (measures of inner products read the coordinates, the others
+    the rebuilt tokens). Each point equals its config run alone, in full dimension."""
+    path = write_sweep(tmp_path, '"model.beta" = [3.0]\nseed = [0, 1, 2]', f"measures = {json.dumps(measures)}", BASE.replace("d = 3", f"d = {d}"))
     sweep.run(path, tmp_path / "out", workers=0)
     ds = sweep.load(tmp_path / "out")
+    iu = np.triu_indices(8, 1)
     for point in sweep.load_spec(path).points:
-        run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
-        x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
-        G = np.einsum("tid,tjd->tij", x, x)
+        run, G = alone(point)
         where = {"model.beta": 3.0, "seed": point.coords["seed"]}
-        np.testing.assert_allclose(ds["energy"].sel(where).values, np.exp(3.0 * (G - 1)).mean((1, 2)), rtol=1e-12)
-        iu = np.triu_indices(8, 1)
-        np.testing.assert_array_equal(ds["pair_fraction"].sel(where).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
+        np.testing.assert_allclose(ds["energy"].sel(where).values, np.exp(3.0 * (G - 1)).mean((1, 2)), rtol=1e-10)
+        if "pair_fraction" in measures:
+            np.testing.assert_array_equal(ds["pair_fraction"].sel(where).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
+        if "cluster_count" in measures:
+            assert ds["cluster_count"].sel(where).item() == sweep.cluster_count(run.ts, run.xs, None, {"cluster_tol": 1e-3})
 
 
 def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
@@ -127,9 +142,7 @@ def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
     ds = sweep.load(tmp_path / "out")
     energies = []
     for point in sweep.load_spec(path).points:
-        run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
-        x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
-        G = np.einsum("tid,tjd->tij", x, x)
+        run, G = alone(point)
         got = ds["energy"].sel({"model.scheme": point.coords["model.scheme"], "seed": 1}).values
         np.testing.assert_allclose(got, np.exp(G - 1).mean((1, 2)), rtol=1e-12)
         energies.append(got[-1])

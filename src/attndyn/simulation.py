@@ -168,12 +168,24 @@ def span_obstruction(model: Model) -> str | None:
     return None
 
 
-def _simulate_in_span(model: Model, x: torch.Tensor, ts, *, observe, **options) -> Trajectory:
-    """:func:`simulate` in the span of x0 (``span=True`` with d > n; the model already checked)."""
+def span_coordinates(
+    model: Model,
+    x: torch.Tensor,
+    ts: np.ndarray | torch.Tensor | list[float],
+    *,
+    observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
+    **options,
+) -> tuple[Trajectory, torch.Tensor]:
+    """Integrate in the span of ``x`` (d > n, rotation-commuting ``model``, both checked by the
+    caller): the trajectory of the coordinates Y (n x n per member) and ``U^T`` (n x d), X = Y U^T.
+    ``observe(t, X)`` sees the full-dimensional state. Inner products, hence every
+    rotation-invariant measure, are the same for Y as for X.
+    """
     w = model.weights
     n = x.shape[-2]
     # X0^T = U R (thin QR per batch member): U (..., d, n) orthonormal, X0 = R^T U^T, so Y0 = R^T
     U, R = torch.linalg.qr(x.transpose(-1, -2), mode="reduced")
+    Ut = U.transpose(-1, -2)
     y0 = R.transpose(-1, -2).contiguous()
     eye = torch.eye(n, dtype=w.Q.dtype)
     alphas = [float((w.Q[h].transpose(0, 1) @ w.K[h])[0, 0]) for h in range(w.heads)]
@@ -182,9 +194,13 @@ def _simulate_in_span(model: Model, x: torch.Tensor, ts, *, observe, **options) 
         model,
         weights=Weights(torch.stack([a * eye for a in alphas]), torch.stack([eye] * w.heads), torch.stack([m * eye for m in mus])),
     )
-    Ut = U.transpose(-1, -2)
     watch = None if observe is None else (lambda t, y: observe(t, y @ Ut))
-    traj = simulate(reduced, y0, ts, observe=watch, **options)
+    return simulate(reduced, y0, ts, observe=watch, **options), Ut
+
+
+def _simulate_in_span(model: Model, x: torch.Tensor, ts, **options) -> Trajectory:
+    """:func:`simulate` in the span of x0 (``span=True`` with d > n; the model already checked)."""
+    traj, Ut = span_coordinates(model, x, ts, **options)
     return dataclasses.replace(traj, xs=traj.xs @ Ut)
 
 

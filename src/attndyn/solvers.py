@@ -253,23 +253,34 @@ def rk_step(
         nfev += 1
     ks = [k1]
     for s in range(1, tableau.stages):
-        xs = x
-        for a_sr, k in zip(tableau.a[s], ks, strict=False):
-            if a_sr != 0.0:
-                xs = torch.add(xs, k, alpha=dt * a_sr)
+        xs = _combine(x, tableau.a[s], ks, dt)
         ks.append(f(t + tableau.c[s] * dt, xs))
         nfev += 1
-    if tableau.fsal:
-        x_new = xs
-    else:
-        x_new = x
-        for b_s, k in zip(tableau.b, ks, strict=True):
-            if b_s != 0.0:
-                x_new = torch.add(x_new, k, alpha=dt * b_s)
+    x_new = xs if tableau.fsal else _combine(x, tableau.b, ks, dt)
     err = None
     if tableau.b_err is not None:
-        err = sum((dt * e) * k for e, k in zip(tableau.b_err, ks, strict=True) if e != 0.0)
+        err = _combine(None, tableau.b_err, ks, dt)
     return x_new, err, ks[-1], nfev
+
+
+def _combine(x: torch.Tensor | None, weights: tuple[float, ...], ks: list[torch.Tensor], dt: float) -> torch.Tensor:
+    """``x + dt * sum_s w_s k_s`` (``x = None``: the sum alone), skipping zero weights. The first term
+    makes a new tensor and the others accumulate into it in place, so ``x`` and the stages are
+    never written; the result is complete before anything sees it."""
+    out = x
+    fresh = False
+    for w, k in zip(weights, ks, strict=False):
+        if w == 0.0:
+            continue
+        if fresh:
+            out.add_(k, alpha=dt * w)
+        elif out is None:
+            out, fresh = torch.mul(k, dt * w), True
+        else:
+            out, fresh = torch.add(out, k, alpha=dt * w), True
+    if out is None:  # every weight zero: no contribution
+        return torch.zeros_like(ks[0])
+    return out
 
 
 def error_norm(err: torch.Tensor, x: torch.Tensor, x_new: torch.Tensor, rtol: float, atol: float, nbatch_dims: int) -> float:

@@ -35,6 +35,7 @@ file order, plus ``t`` for measures over time; missing points are NaN).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -91,6 +92,8 @@ def energy(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.nd
 
 # measures over time written for any leading axes: a batch (T, B, n, d) gives (T, B) in one call
 BATCHED_MEASURES = {"pair_fraction", "energy"}
+# measures of the tokens' inner products only: the same on the span coordinates Y as on X = Y U^T
+INNER_PRODUCT_MEASURES = {"pair_fraction", "energy", "time_to_one_cluster"}
 
 
 def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
@@ -306,7 +309,7 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
 
     from . import runs
     from .config import build_many
-    from .simulation import simulate, span_obstruction
+    from .simulation import simulate, span_coordinates, span_obstruction
 
     try:
         from distributed import get_worker
@@ -334,10 +337,16 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
     for batch in batches:
         first = setups[batch[0]]
         x0 = torch.stack([setups[i].x0 for i in batch])
-        # d > n with rotation-commuting weights (Q = K = V = I, ...): integrate in the span of x0
-        span = x0.shape[-1] > x0.shape[-2] and span_obstruction(first.model) is None
-        traj = simulate(first.model, x0, first.ts, solver=first.solver, step=first.step, max_steps=first.max_steps, span=span)
-        ts, xs = traj.numpy()  # (T,), (T, B, n, d)
+        # d > n with rotation-commuting weights (Q = K = V = I, ...): integrate in the span of x0,
+        # and give measures of inner products only the n-dimensional coordinates
+        run = {"solver": first.solver, "step": first.step, "max_steps": first.max_steps}
+        if x0.shape[-1] > x0.shape[-2] and span_obstruction(first.model) is None:
+            traj, Ut = span_coordinates(first.model, x0, first.ts, **run)
+            if not set(measures) <= INNER_PRODUCT_MEASURES:
+                traj = dataclasses.replace(traj, xs=traj.xs @ Ut)
+        else:
+            traj = simulate(first.model, x0, first.ts, **run)
+        ts, xs = traj.numpy()  # (T,), (T, B, n, d or n)
         for i in batch:
             out[i] = {}
         for m, f in zip(measures, functions, strict=True):
