@@ -10,6 +10,7 @@ Usage: python benchmarks/schemes.py
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,12 @@ def scheme_ratios(n, d, kernel):
         args = prepare(ad.Model(W, beta=1.0, geometry="sphere", scheme=scheme, attention=kernel), x)
         fields[scheme] = lambda args=args: rk_step(lambda t, y, args=args: vector_field(t, y, args), 0.5, x, 0.01, rk4)
     rounds, inner = (31, 200) if n < 1000 else (9, 1)
+    for f in fields.values():
+        f()  # warm-up
     ratios = {s: [] for s in SCHEMES}
     posts = []
     for _ in range(rounds):
-        t = {s: median_time(f, repeat=1) if inner == 1 else _loop_time(f, inner) for s, f in fields.items()}
+        t = {s: _loop_time(f, inner) for s, f in fields.items()}
         posts.append(t["post"])
         for s in SCHEMES:
             ratios[s].append(t[s] / t["post"])
@@ -57,8 +60,7 @@ def scheme_ratios(n, d, kernel):
 
 
 def _loop_time(f, inner):
-    import time
-
+    """Seconds per call of ``f`` over ``inner`` calls in a row."""
     start = time.perf_counter()
     for _ in range(inner):
         f()

@@ -439,11 +439,13 @@ def curves(
     logy: bool = False,
     hlines: dict | None = None,
 ) -> Figure:
-    """Lines ``series`` (label -> y over ``x``) and markers ``points`` (label -> (x, y)); optional reference levels."""
+    """Lines ``series`` (label -> y over ``x``, or label -> (x, y) for a line with its own abscissae)
+    and markers ``points`` (label -> (x, y)); optional reference levels ``hlines`` (label -> y)."""
     fig, ax = _subplots(figsize=(6, 4))
     colors = OKABE_ITO
     for k, (label, y) in enumerate(series.items()):
-        ax.plot(x, y, lw=1.5, label=label, color=colors[k % len(colors)])
+        lx, ly = y if isinstance(y, tuple) else (x, y)
+        ax.plot(lx, ly, lw=1.5, label=label, color=colors[k % len(colors)])
     markers = "os^vDx+*"
     for k, (label, (px, py)) in enumerate((points or {}).items()):
         ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % len(colors)])
@@ -522,20 +524,4 @@ def grid_heatmap(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
-    return fig
-
-
-@styled
-def staircase(series: dict, levels: list[float], *, title: str) -> Figure:
-    """Lines label -> (t, E(t)) against log10 t (times up to 1e300; matplotlib's log axis overflows
-    past about 1e250), with the possible plateau levels as dotted lines."""
-    fig, ax = _subplots(figsize=(6.5, 4))
-    for level in levels:
-        ax.axhline(level, color="gray", ls=":", lw=0.8)
-    for k, (label, (t, e)) in enumerate(series.items()):
-        ax.plot(np.log10(t), e, lw=1.5, label=label, color=OKABE_ITO[k % len(OKABE_ITO)])
-    ax.set_xlabel("log10 t")
-    ax.set_ylabel("normalised energy E(t)")
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left")
     return fig

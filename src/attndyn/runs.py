@@ -8,12 +8,14 @@ Contract
 marks a complete folder); ``read(folder) -> Run`` reads one back, refusing incomplete or
 inconsistent folders with :class:`~attndyn.io.RunFolderError`. ``Run`` is a typed record: the
 resolved config, the model, ``ts``/``xs`` (host float64 NumPy), the solver statistics and the wall
-time. The CLI's ``simulate`` and ``analyze`` only parse arguments and print; sweeps call
-:func:`execute` on workers.
+time. The CLI's ``simulate`` and ``analyze`` only parse arguments and print. :func:`integrate`
+runs a built config with the integrator its solver section names (the ODE, the noisy SDE, or the
+long-horizon sphere integrator); sweeps use it for the points they do not batch.
 
 Random draws (``attndyn.config.rng_for``) come from one stream per role (x0, Q, K, V, the
-feed-forward W, the noise of the noisy model), each derived from the seed by ``numpy.random.SeedSequence(seed, spawn_key=(role,))``:
-changing n or d changes the initial state only, not the weights drawn for another role.
+feed-forward W, the noise of the noisy model), each derived from the seed by
+``numpy.random.SeedSequence(seed, spawn_key=(role,))``: changing n or d changes the initial state
+only, not the weights drawn for another role.
 """
 
 from __future__ import annotations

@@ -154,11 +154,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
 
 def figures(result: Result) -> dict:
     a = result.arrays
-    series = {}
-    for k in _cases(a):
-        series[f"beta = {a['betas'][k]:g}"] = (a[f"ts{k}"][1:], a[f"energy{k}"][1:])
+    # against log10 t: the times reach 1e300, past where matplotlib's log axis overflows
+    series = {f"beta = {a['betas'][k]:g}": (np.log10(a[f"ts{k}"][1:]), a[f"energy{k}"][1:]) for k in _cases(a)}
     n = int(result.params["n"])
-    stair = plots.staircase(series, theory.staircase_levels(n), title=f"energy staircase, n = {n}: plateaus at sum m_a^2 (dotted: all levels)")
+    stair = plots.curves(
+        None,
+        series,
+        xlabel="log10 t",
+        ylabel="normalised energy E(t)",
+        title=f"energy staircase, n = {n}: plateaus at sum m_a^2 (dotted: every level)",
+        hlines={f"{level:.2f}": level for level in theory.staircase_levels(n)},
+    )
     c, s = a["pair_c"], a["pair_s"]
     beta = float(result.params["pair_beta"])
     phase = c <= 1 - 1e-4  # the pairing phase; afterwards s grows like t
