@@ -111,6 +111,57 @@ def alone(point) -> tuple:
     return run, np.einsum("tid,tjd->tij", x, x)
 
 
+def test_results_land_at_their_grid_points_when_tasks_interleave(tmp_path):
+    """Seed first in the file: the points of one task (one beta) are not contiguous in point order,
+    and each task's stacked results must still land at their own (seed, beta) cells."""
+    path = write_sweep(tmp_path, 'seed = [4, 0, 2]\n"model.beta" = [2.0, 0.5]', 'measures = ["energy"]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    ds = sweep.load(tmp_path / "out")
+    assert ds["energy"].dims == ("seed", "model.beta", "t")
+    spec = sweep.load_spec(path)
+    assert sorted(spec.tasks[0]) != list(range(spec.tasks[0][0], spec.tasks[0][0] + len(spec.tasks[0])))  # interleaved
+    for point in spec.points:
+        _, G = alone(point)
+        beta = point.coords["model.beta"]
+        np.testing.assert_allclose(ds["energy"].sel(point.coords).values, np.exp(beta * (G - 1)).mean((1, 2)), rtol=1e-10)
+
+
+def test_each_task_row_names_its_grid_point(tmp_path):
+    """The ledger keeps each task's grid point (its coordinates but the seed) as JSON, and a task's points are
+    that grid point at every seed, in grid order."""
+    grid = 'seed = [5, 0]\n"model.beta" = [1.0, 2]\n"init.kind" = ["sphere", "gaussian"]'
+    path = write_sweep(tmp_path, grid, "", BASE.replace('geometry = "sphere"', 'geometry = "euclidean"'))
+    sweep.run(path, tmp_path / "out", workers=0)
+    spec = sweep.load_spec(path)
+    db = sqlite3.connect(tmp_path / "out" / sweep.LEDGER)
+    rows = dict(db.execute("SELECT task_id, coords FROM tasks"))
+    db.close()
+    assert len(rows) == len(spec.tasks) == 4
+    for t, task in enumerate(spec.tasks):
+        assert [spec.points[p].coords for p in task] == [{**json.loads(rows[t]), "seed": s} for s in (5, 0)]
+
+
+def test_a_measure_whose_shape_depends_on_the_point_fails_its_task_naming_it(tmp_path, faults):
+    path = write_sweep(tmp_path, '"model.beta" = [1.0]\nseed = [0, 1]', 'measures = ["sweep_faults:seed_shaped"]')
+    summary = sweep.run(path, tmp_path / "out", workers=0)
+    assert summary.failed == 1
+    assert "sweep_faults:seed_shaped" in summary.errors[0][1]
+    assert "different shapes" in summary.errors[0][1]
+
+
+def test_a_ledger_of_an_earlier_schema_is_refused(tmp_path):
+    path = write_sweep(tmp_path, '"model.beta" = [1.0]\nseed = [0]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    db = sqlite3.connect(tmp_path / "out" / sweep.LEDGER)
+    with db:
+        db.execute("DELETE FROM meta WHERE key = 'schema'")  # what a ledger of one row per point had
+    db.close()
+    with pytest.raises(sweep.SweepError, match="earlier attndyn"):
+        sweep.run(path, tmp_path / "out", workers=0)
+    with pytest.raises(sweep.SweepError, match="earlier attndyn"):
+        sweep.load(tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     ("d", "measures"),
     [(3, ["pair_fraction", "energy", "time_to_one_cluster"]), (16, ["pair_fraction", "energy"]), (16, ["energy", "cluster_count"])],
@@ -184,10 +235,17 @@ def test_two_worker_local_cluster_equals_in_process(tmp_path):
 
 
 def ledger_rows(folder):
-    db = sqlite3.connect(folder / sweep.LEDGER)
+    """The tasks' (status, attempts), and the stored results as (task id, position in the task), one entry per stored point."""
+    db = sqlite3.connect(folder / sweep.LEDGER, isolation_level=None)
     try:
+        db.execute("BEGIN")  # one snapshot: the driver may commit between two reads
         tasks = {t: (status, attempts) for t, status, attempts in db.execute("SELECT task_id, status, attempts FROM tasks")}
-        points = [p for (p,) in db.execute("SELECT point_id FROM results")]
+        points = []
+        for t, data in db.execute("SELECT task_id, data FROM results"):
+            stored = {len(v) for v in sweep._unblob(data).values()}
+            assert len(stored) == 1, (t, stored)
+            points += [(t, k) for k in range(stored.pop())]
+        db.execute("COMMIT")
     finally:
         db.close()
     return tasks, points
@@ -223,7 +281,8 @@ def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
     assert result.exit_code == 0, result.output
     after, points = ledger_rows(out)
     assert all(s == "done" for s, _ in after.values())
-    assert sorted(points) == list(range(20))  # every grid point exactly once
+    spec = sweep.load_spec(path)
+    assert sorted(spec.tasks[t][k] for t, k in points) == list(range(20))  # every grid point exactly once
     assert all(after[t][1] == 1 for t in finished)  # what was done was not recomputed
     reference = tmp_path / "reference"
     sweep.run(path, reference, workers=0)
@@ -237,6 +296,8 @@ FAULTS = textwrap.dedent(
     import signal
     from pathlib import Path
 
+    import numpy as np
+
     from attndyn.sweep import pair_fraction
 
 
@@ -246,6 +307,10 @@ FAULTS = textwrap.dedent(
             mark.write_text("killed")
             os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-task
         return pair_fraction(ts, xs, model, options)
+
+
+    def seed_shaped(ts, xs, model, options):
+        return np.zeros(1 + int(xs[0, 0, 0] > 0))  # a shape that depends on the start
 
 
     def fail_at_beta_2(ts, xs, model, options):
@@ -302,6 +367,16 @@ def test_a_changed_sweep_file_is_refused_naming_what_changed(tmp_path):
     again = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out")])
     assert again.exit_code == 0
     assert "0 run now" in again.output
+
+
+def test_reordered_grid_keys_are_a_changed_sweep(tmp_path):
+    """The keys' order numbers the points and tasks, so a reordered file on an existing folder is refused
+    (resuming it would pair the ledger's task ids with other grid points)."""
+    path = write_sweep(tmp_path, '"model.beta" = [1.0, 2.0]\nseed = [0, 1]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    write_sweep(tmp_path, 'seed = [0, 1]\n"model.beta" = [1.0, 2.0]')
+    with pytest.raises(sweep.SweepError, match="axes"):
+        sweep.run(path, tmp_path / "out", workers=0)
 
 
 # --- results -------------------------------------------------------------------------------------------

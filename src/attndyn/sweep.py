@@ -20,10 +20,11 @@ an existing scheduler (``scheduler="tcp://host:8786"``, e.g. from ``dask-jobqueu
 config data (dicts), never live objects. The driver is the only writer of ``out/ledger.sqlite``:
 
 * ``meta``: the sweep's canonical JSON and its SHA-256 fingerprint, the save times;
-* ``points``: point id, task id, grid coordinates;
-* ``tasks``: status (pending, running, done, failed), attempts, error text, seconds, fingerprint;
-* ``results``: one row per point (its measures: a JSON header and float64 bytes), written in the same
-  transaction that marks its task done.
+* ``tasks``: the task's grid point (its coordinates except ``seed``, as JSON; the task holds that
+  point at every seed of the grid, in grid order), status (pending, running, done, failed), attempts,
+  error text, seconds, fingerprint;
+* ``results``: one row per task (its points' measures, each stacked over the seeds: a JSON header
+  and float64 bytes), written in the same transaction that marks the task done.
 
 Running the same command again computes only the tasks not done (a killed driver loses nothing and
 duplicates nothing: SQLite commits are atomic); a changed sweep file on an existing folder raises
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
 SWEEP_KEYS = {"base", "grid", "measures", "pair_threshold", "cluster_tol"}
 LEDGER = "ledger.sqlite"
+SCHEMA = 2  # 2: one results row per task, grid points kept with their tasks (1: one row per point)
 
 
 class SweepError(ValueError):
@@ -149,7 +151,7 @@ def measure_function(name: str) -> Callable:
 # --- the sweep file --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Point:
     point_id: int
     task_id: int
@@ -161,7 +163,7 @@ class Point:
 class Sweep:
     """A validated sweep: its grid, points, tasks (lists of point ids), measures and fingerprint."""
 
-    spec: dict  # canonical: base (a dict), grid, measures, options
+    spec: dict  # canonical: base (a dict), grid, axes (the grid keys in file order), measures, options
     grid: dict
     points: list[Point]
     tasks: list[list[int]]
@@ -222,7 +224,8 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
         raise SweepError(f"pair_threshold = {options['pair_threshold']} must be in (0, 1]")
     if not options["cluster_tol"] > 0:
         raise SweepError(f"cluster_tol = {options['cluster_tol']} must be > 0")
-    spec = {"base": base, "grid": grid, "measures": measures, "options": options}
+    # the axes' order numbers points and tasks, so it is part of the sweep (and of its fingerprint)
+    spec = {"base": base, "grid": grid, "axes": list(grid), "measures": measures, "options": options}
 
     keys = list(grid)
     points, tasks, groups = [], [], {}
@@ -230,16 +233,20 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     from .config import build
     from .config import save_times as config_save_times
 
-    validated: dict[str, dict] = {}  # per task: the resolved config of its first point
-    for pid, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
-        coords = dict(zip(keys, combo, strict=True))
-        group = tuple((k, _hashable(v)) for k, v in coords.items() if k != "seed")
-        if group in validated:
+    for seed in grid.get("seed", []):
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise SweepError(f"grid key 'seed': {seed!r} is not an integer")
+    # a task is a grid point up to its seed: the positions along the other axes (values are unique)
+    task_axes = [a for a, k in enumerate(keys) if k != "seed"]
+    validated: dict[tuple, dict] = {}  # per task: the resolved config of its first point
+    for pid, index in enumerate(itertools.product(*(range(len(grid[k])) for k in keys))):
+        coords = {k: grid[k][i] for k, i in zip(keys, index, strict=True)}
+        group = tuple([index[a] for a in task_axes])
+        first = validated.get(group)
+        if first is not None:
             # another seed of a validated point: a seed is an integer and changes nothing else, so
             # the resolved config is the first point's with this seed (no second validation)
-            if not isinstance(coords.get("seed"), int) or isinstance(coords["seed"], bool):
-                raise SweepError(f"grid point {coords}: seed must be an integer")
-            resolved = {**validated[group], "seed": coords["seed"]}
+            resolved = {**first, "seed": coords["seed"]}
         else:
             cfg = copy.deepcopy(base)
             for key, value in coords.items():
@@ -265,11 +272,9 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     return Sweep(spec, grid, points, tasks, measures, options, ts or [])
 
 
-def _hashable(value) -> tuple:
-    """A grid value as a dict key that tells 1, 1.0 and true apart (as the sweep's JSON does)."""
-    if isinstance(value, bool | int | float | str):
-        return (type(value).__name__, value)
-    return ("json", json.dumps(value, sort_keys=True))
+def task_coords(sweep: Sweep, task_id: int) -> dict:
+    """The grid coordinates a task's points share: all but ``seed`` (its points are that grid point at every seed)."""
+    return {k: v for k, v in sweep.points[sweep.tasks[task_id][0]].coords.items() if k != "seed"}
 
 
 def load_spec(path: str | Path) -> Sweep:
@@ -287,6 +292,8 @@ def load_spec(path: str | Path) -> Sweep:
 def _same_model(a, b) -> bool:
     import torch
 
+    if a is b:  # seeds of one task built together share their model (config.build_many)
+        return True
     options = ("beta", "mask", "geometry", "rescaled", "attention", "normalization", "scheme", "scheme_tau", "scheme_alpha")
     if any(getattr(a, k) != getattr(b, k) for k in options):
         return False
@@ -297,13 +304,15 @@ def _same_model(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in pairs) and (wa.ff is None or (wa.ff.sigma, wa.ff.bias_inside) == (wb.ff.sigma, wb.ff.bias_inside))
 
 
-def run_task(configs: list[dict], measures: list[str], options: dict) -> list[dict]:
-    """Simulate the grid points of one task and return their measures (one dict of arrays per point).
+def run_task(configs: list[dict], measures: list[str], options: dict) -> dict[str, np.ndarray]:
+    """Simulate the grid points of one task and return each measure stacked over them: an array of
+    shape ``(len(configs), *shape)`` per measure name, points in the order given.
 
     Points whose models are identical are integrated as one batch; the others one by one. When
     d > n and the weights commute with rotations (Q^T K and V multiples of I, no feed-forward), a
     batch is integrated in the span of its initial tokens (``simulate(..., span=True)``): n
-    dimensions instead of d, the same trajectory.
+    dimensions instead of d, the same trajectory. A measure must have one shape at every point of
+    the task (it may depend on the save times, not on the point); otherwise SweepError names it.
     """
     import torch
 
@@ -318,14 +327,26 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
         torch.set_num_threads(1)  # one thread per Dask worker: two workers on two cores do not oversubscribe
     except (ImportError, ValueError):
         pass
-    functions = [measure_function(m) for m in measures]
+    functions = dict(zip(measures, (measure_function(m) for m in measures), strict=True))
     setups = build_many([parse_config(c) for c in configs])
-    out: list[dict | None] = [None] * len(setups)
+    out: dict[str, np.ndarray] = {}
+
+    def store(name: str, where, values) -> None:
+        """Write a measure's values at the task positions ``where`` (an index or an index array)."""
+        values = np.asarray(values, dtype=np.float64)
+        shape = values.shape if np.ndim(where) == 0 else values.shape[1:]
+        if name not in out:
+            out[name] = np.full((len(setups), *shape), np.nan)
+        elif out[name].shape[1:] != shape:
+            raise SweepError(f"measure {name!r} has different shapes at the points of one task ({out[name].shape[1:]} and {shape})")
+        out[name][where] = values
+
     batches: list[list[int]] = []
     for i, s in enumerate(setups):
         if s.kind != "ode":  # the noisy and long-horizon integrators run one point at a time (a point's noise is its own seed's)
             ts, xs, _ = runs.integrate(s)
-            out[i] = {m: np.asarray(f(ts, xs, s.model, options), dtype=np.float64) for m, f in zip(measures, functions, strict=True)}
+            for m, f in functions.items():
+                store(m, i, f(ts, xs, s.model, options))
             continue
         for batch in batches:
             first = setups[batch[0]]
@@ -347,16 +368,13 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
         else:
             traj = simulate(first.model, x0, first.ts, **run)
         ts, xs = traj.numpy()  # (T,), (T, B, n, d or n)
-        for i in batch:
-            out[i] = {}
-        for m, f in zip(measures, functions, strict=True):
+        where = np.asarray(batch)
+        for m, f in functions.items():
             if m in BATCHED_MEASURES:  # one call for the whole batch: (T, B)
-                values = np.asarray(f(ts, xs, first.model, options), dtype=np.float64)
-                for b, i in enumerate(batch):
-                    out[i][m] = values[:, b].copy()
+                store(m, where, np.moveaxis(np.asarray(f(ts, xs, first.model, options), dtype=np.float64), 1, 0))
             else:
                 for b, i in enumerate(batch):
-                    out[i][m] = np.asarray(f(ts, xs[:, b], first.model, options), dtype=np.float64)
+                    store(m, i, f(ts, xs[:, b], first.model, options))
     return out
 
 
@@ -364,23 +382,11 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> list[di
 
 
 def _blob(arrays: dict) -> bytes:
-    """A point's measures as bytes: a JSON header (names, shapes) then the float64 data, in order."""
-    return _blobs([arrays])[0]
-
-
-def _blobs(results: list[dict]) -> list[bytes]:
-    """:func:`_blob` of each point; the points of a task share their header (same names and shapes)."""
-    headers: dict[tuple, bytes] = {}
-    out = []
-    for arrays in results:
-        values = [(k, np.asarray(v, dtype=np.float64)) for k, v in arrays.items()]  # 0-d stays 0-d; tobytes is C order
-        signature = tuple((k, v.shape) for k, v in values)
-        prefix = headers.get(signature)
-        if prefix is None:
-            header = json.dumps({k: list(shape) for k, shape in signature}).encode()
-            prefix = headers[signature] = len(header).to_bytes(4, "little") + header
-        out.append(prefix + b"".join(v.tobytes() for _, v in values))
-    return out
+    """Arrays as bytes: a JSON header (names, shapes) then the float64 data, in order (C order).
+    A task's row holds each measure stacked over its points, in task order."""
+    values = [(k, np.ascontiguousarray(v, dtype=np.float64)) for k, v in arrays.items()]
+    header = json.dumps({k: list(v.shape) for k, v in values}).encode()
+    return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for _, v in values)
 
 
 def _unblob(data: bytes) -> dict:
@@ -404,12 +410,11 @@ class Ledger:
         self.db.execute("PRAGMA synchronous=NORMAL")
         with self.db:
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            self.db.execute("CREATE TABLE IF NOT EXISTS points (point_id INTEGER PRIMARY KEY, task_id INTEGER NOT NULL, coords TEXT NOT NULL)")
             self.db.execute(
-                "CREATE TABLE IF NOT EXISTS tasks (task_id INTEGER PRIMARY KEY, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
-                "error TEXT, seconds REAL, fingerprint TEXT NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS tasks (task_id INTEGER PRIMARY KEY, coords TEXT NOT NULL, status TEXT NOT NULL, "
+                "attempts INTEGER NOT NULL DEFAULT 0, error TEXT, seconds REAL, fingerprint TEXT NOT NULL)"
             )
-            self.db.execute("CREATE TABLE IF NOT EXISTS results (point_id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS results (task_id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
 
     def close(self) -> None:
         self.db.close()
@@ -421,18 +426,31 @@ class Ledger:
         """Record a new sweep, or check that the folder holds this same sweep (SweepError naming what changed)."""
         meta = self.meta()
         if meta:
+            self.check_schema(meta)
             if meta.get("fingerprint") != sweep.fingerprint:
                 raise SweepError(
                     f"{self.path.parent} holds a different sweep: {_difference(meta.get('spec', {}), sweep.spec)}; use a new --out folder"
                 )
             return
         with self.db:
-            for key, value in (("spec", sweep.spec), ("fingerprint", sweep.fingerprint), ("ts", sweep.ts), ("created", time.time())):
+            for key, value in (
+                ("spec", sweep.spec),
+                ("fingerprint", sweep.fingerprint),
+                ("ts", sweep.ts),
+                ("created", time.time()),
+                ("schema", SCHEMA),
+            ):
                 self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
-            self.db.executemany("INSERT INTO points VALUES (?, ?, ?)", [(p.point_id, p.task_id, json.dumps(p.coords)) for p in sweep.points])
             self.db.executemany(
-                "INSERT INTO tasks (task_id, status, attempts, fingerprint) VALUES (?, 'pending', 0, ?)",
-                [(t, sweep.fingerprint) for t in range(len(sweep.tasks))],
+                "INSERT INTO tasks (task_id, coords, status, attempts, fingerprint) VALUES (?, ?, 'pending', 0, ?)",
+                [(t, json.dumps(task_coords(sweep, t)), sweep.fingerprint) for t in range(len(sweep.tasks))],
+            )
+
+    def check_schema(self, meta: dict) -> None:
+        if meta.get("schema") != SCHEMA:
+            raise SweepError(
+                f"{self.path} was written by an earlier attndyn (ledger schema {meta.get('schema', 1)}, "
+                f"this one reads {SCHEMA}); use a new --out folder"
             )
 
     def todo(self) -> list[int]:
@@ -443,9 +461,10 @@ class Ledger:
         with self.db:
             self.db.execute("UPDATE tasks SET status = 'running', attempts = attempts + 1 WHERE task_id = ?", (task_id,))
 
-    def done(self, task_id: int, point_ids: list[int], results: list[dict], seconds: float) -> None:
+    def done(self, task_id: int, blob: bytes, seconds: float) -> None:
+        """Store a task's results (:func:`run_task`'s stacked arrays as one :func:`_blob`) and mark it done, in one transaction."""
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", list(zip(point_ids, _blobs(results), strict=True)))
+            self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?)", (task_id, blob))
             self.db.execute("UPDATE tasks SET status = 'done', error = NULL, seconds = ? WHERE task_id = ?", (seconds, task_id))
 
     def failed(self, task_id: int, error: str, seconds: float) -> None:
@@ -518,11 +537,11 @@ def run(
         for task_id, outcome, started in executions:
             ledger.running(task_id)
             try:
-                results = outcome()
+                blob = _blob(outcome())
             except Exception as err:  # a failing task is recorded, the sweep goes on
                 ledger.failed(task_id, _error_text(err), time.perf_counter() - started)
             else:
-                ledger.done(task_id, sweep.tasks[task_id], results, time.perf_counter() - started)
+                ledger.done(task_id, blob, time.perf_counter() - started)
             ran += 1
             if progress:
                 progress(done_before + ran, total)
@@ -584,19 +603,23 @@ def load(folder: str | Path) -> xr.Dataset:
         meta = ledger.meta()
         if not meta:
             raise SweepError(f"{folder / LEDGER} is empty")
+        ledger.check_schema(meta)
         spec, ts = meta["spec"], np.asarray(meta["ts"], dtype=np.float64)
         grid = spec["grid"]
-        keys = list(grid)
+        keys = spec["axes"]  # the grid keys in file order (the canonical JSON sorts the grid's keys)
         shape = [len(grid[k]) for k in keys]
         index = {k: {json.dumps(v): i for i, v in enumerate(grid[k])} for k in keys}
-        data: dict[str, np.ndarray] = {}
-        for _point_id, coords, blob in ledger.db.execute("SELECT p.point_id, p.coords, r.data FROM points p JOIN results r USING (point_id)"):
+        # a task is one grid point at every seed: its results fill the seed axis at that point
+        place = {}
+        for task_id, coords in ledger.db.execute("SELECT task_id, coords FROM tasks"):
             coords = json.loads(coords)
-            where = tuple(index[k][json.dumps(coords[k])] for k in keys)
+            place[task_id] = tuple(slice(None) if k == "seed" else index[k][json.dumps(coords[k])] for k in keys)
+        data: dict[str, np.ndarray] = {}
+        for task_id, blob in ledger.db.execute("SELECT task_id, data FROM results"):
             for name, value in _unblob(blob).items():
                 if name not in data:
-                    data[name] = np.full(shape + list(value.shape), np.nan)
-                data[name][where] = value
+                    data[name] = np.full(shape + list(value.shape[1:]), np.nan)
+                data[name][place[task_id]] = value if "seed" in keys else value[0]
     finally:
         ledger.close()
     variables = {}

@@ -86,7 +86,7 @@ def run(config: Config) -> Result:
         results = sweep.run_task([spec.points[p].config for p in task], spec.measures, spec.options)
         coords = spec.points[task[0]].coords
         a, b = config.ds.index(coords["d"]), config.betas.index(coords["model.beta"])
-        fraction[a, b] = np.mean([r["pair_fraction"] for r in results], axis=0)
+        fraction[a, b] = results["pair_fraction"].mean(axis=0)
     # orthogonal starts: the equiangular ODE exactly
     n = config.n
     ts = np.linspace(0.0, config.orthogonal_T, 51)
