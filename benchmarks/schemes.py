@@ -1,7 +1,9 @@
 """Normalization schemes and the noisy SDE against the plain sphere model (issue 11), ratios in one run.
 
-* Per step of RK4 (four field evaluations): each scheme of SPEC §8.5 against Post-LN (the plain
-  ``geometry="sphere"`` model) at (n, d) = (20, 2) dense and (4096, 64) fused.
+* Per RK4 step of ``simulate``: each scheme of SPEC §8.5 against Post-LN (the plain
+  ``geometry="sphere"`` model) at (n, d) = (20, 2) dense and (4096, 64) fused. ``simulate``
+  integrates the radius-keeping schemes (nGPT, sqrt-scaling, Mix-LN before its switch) as Post-LN
+  at speed c(t) (``attndyn.dynamics.unit_sphere_field``); the others through the split.
 * One projected Euler-Maruyama step of ``attndyn.noise`` against one deterministic Euler step of the
   same model (USA on the sphere) at the same sizes (dense at n = 20, 1024 at d = 64: USA is dense only).
 Usage: python benchmarks/schemes.py
@@ -33,8 +35,44 @@ def start(n, d):
 
 
 def scheme_ratios(n, d, kernel):
-    """Per RK4 step (four field evaluations and the stage sums): the median over rounds of each
-    scheme's time / Post-LN's time in the same round.
+    """Per RK4 step of ``simulate`` (fixed dt): the median over rounds of each scheme's time per step
+    / Post-LN's in the same round.
+
+    A step's time is (time of a run of N2 steps - time of a run of N1 steps) / (N2 - N1), so the
+    per-call set-up (validation, ``prepare``) cancels. dt is small enough that Mix-LN (switch at
+    t = 1) stays before its switch, its costlier phase. The schemes are timed in turn within each
+    round (interleaved), so a drift of this shared machine's speed during the run affects
+    numerator and denominator alike.
+    """
+    x = start(n, d)
+    W = ad.Weights.identity(d)
+    small = n < 1000
+    dt = 1e-3
+    n1, n2 = (50, 250) if small else (1, 4)
+    rk4, step = ad.RK4(), ad.FixedStep(dt)
+    models = {s: ad.Model(W, beta=1.0, geometry="sphere", scheme=s, attention=kernel) for s in SCHEMES}
+
+    def run(model, steps):
+        start = time.perf_counter()
+        ad.simulate(model, x, [0.0, steps * dt], solver=rk4, step=step)
+        return time.perf_counter() - start
+
+    for model in models.values():
+        run(model, n1)  # warm-up
+    ratios = {s: [] for s in SCHEMES}
+    posts = []
+    for _ in range(21 if small else 7):
+        per_step = {s: (run(m, n2) - run(m, n1)) / (n2 - n1) for s, m in models.items()}
+        posts.append(per_step["post"])
+        for s in SCHEMES:
+            ratios[s].append(per_step[s] / per_step["post"])
+    return {s: float(np.median(v)) for s, v in ratios.items()}, float(np.median(posts))
+
+
+def field_ratios(n, d, kernel):
+    """The split field itself (``vector_field``, every scheme through the radius/direction split) per
+    RK4 step (four evaluations and the stage sums): the median over rounds of each scheme's time /
+    Post-LN's time in the same round.
 
     The schemes are timed in turn within each round (interleaved), so a drift of this shared
     machine's speed during the run affects numerator and denominator alike.
@@ -88,7 +126,11 @@ def main():
     for n, d, kernel in ((20, 2, "dense"), (4096, 64, "fused")):
         ratios, base = scheme_ratios(n, d, kernel)
         row = ", ".join(f"{s} {r:.2f}x" for s, r in ratios.items())
-        print(f"n = {n}, d = {d}, {kernel}: RK4 step vs Post-LN ({base * 1e3:.3f} ms): {row}")
+        print(f"n = {n}, d = {d}, {kernel}: simulate's RK4 step vs Post-LN ({base * 1e3:.3f} ms): {row}")
+        if n < 1000:
+            ratios, base = field_ratios(n, d, kernel)
+            row = ", ".join(f"{s} {r:.2f}x" for s, r in ratios.items())
+            print(f"n = {n}, d = {d}, {kernel}: the split field's RK4 step (vector_field) vs Post-LN ({base * 1e3:.3f} ms): {row}")
     for n, d in ((20, 2), (1024, 64)):
         r, base = sde_ratio(n, d)
         print(f"n = {n}, d = {d}: projected Euler-Maruyama step / Euler step ({base * 1e3:.3f} ms) = {r:.2f}x")

@@ -75,6 +75,53 @@ def test_post_scheme_is_the_sphere_model_and_keeps_unit_radii():
     np.testing.assert_allclose(np.linalg.norm(traj.numpy()[1], axis=-1), 1.0, atol=1e-6)  # Post-LN before the switch
 
 
+def _tight(model, x, ts):
+    return ad.simulate(model, x, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-11, atol=1e-13)).numpy()[1]
+
+
+@pytest.mark.parametrize("scheme", ["ngpt", "sqrt", "mix"])
+def test_radius_keeping_schemes_integrate_to_the_split_field_s_solution(scheme):
+    """simulate integrates c(t) times the Post-LN field for these schemes (unit_sphere_field); the split
+    field of SPEC §8.5 itself (vector_field, checked against the reference above), integrated directly,
+    has the same solution: two heads, a causal mask and a feed-forward layer included, and across Mix-LN's switch."""
+    from attndyn.dynamics import prepare, vector_field
+    from attndyn.solvers import integrate
+
+    rng = np.random.default_rng(3)
+    H, n, d = 2, 6, 4
+    Q, K, V = (rng.standard_normal((H, d, d)) / math.sqrt(d) for _ in range(3))
+    ff = ad.FeedForward(rng.standard_normal((d, d)) / math.sqrt(d), sigma="tanh", bias=rng.standard_normal(d) * 0.1)
+    model = ad.Model(ad.Weights(Q, K, V, ff=ff), beta=1.3, geometry="sphere", scheme=scheme, scheme_tau=0.7, scheme_alpha=0.6, mask="causal")
+    x = rng.standard_normal((2, n, d))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    ts = np.linspace(0.0, 2.0, 6)  # mix: post-like to 0.7, Pre-LN after
+    got = _tight(model, x, ts)
+    xt = torch.as_tensor(x)
+    direct = integrate(vector_field, xt, ts, prepare(model, xt), solver=ad.Dopri5(), controller=ad.AdaptiveStep(rtol=1e-11, atol=1e-13), batch_dims=1)
+    # Mix-LN's field jumps at tau, inside a step of each run: there the error control is looser
+    np.testing.assert_allclose(got, direct.xs.numpy(), rtol=0, atol=1e-8 if scheme == "mix" else 1e-10)
+    if scheme == "mix":
+        assert np.linalg.norm(got[-1], axis=-1).max() > 1.01  # Pre-LN grew the radii after the switch
+
+
+def test_radius_keeping_schemes_are_post_ln_in_changed_time():
+    """theta_j' = s^{-1} P A with r' = 0: nGPT at t is Post-LN at alpha t, sqrt-scaling at t is Post-LN at
+    2 (sqrt(t + 1) - 1), Mix-LN before its switch is Post-LN (SPEC §8.5)."""
+    rng = np.random.default_rng(4)
+    W = ad.Weights(*(rng.standard_normal((3, 3)) / math.sqrt(3) for _ in range(3)))
+    x = rng.standard_normal((5, 3))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    ts = np.array([0.0, 0.5, 1.5, 3.0])
+
+    def model(scheme):
+        return ad.Model(W, beta=2.0, geometry="sphere", scheme=scheme, scheme_alpha=0.6, scheme_tau=10.0)
+
+    post = lambda times: _tight(model("post"), x, times)  # noqa: E731
+    np.testing.assert_allclose(_tight(model("ngpt"), x, ts), post(0.6 * ts), atol=1e-9)
+    np.testing.assert_allclose(_tight(model("sqrt"), x, ts), post(2 * (np.sqrt(ts + 1) - 1)), atol=1e-9)
+    np.testing.assert_allclose(_tight(model("mix"), x, ts), post(ts), atol=1e-9)
+
+
 def test_pre_ln_radius_grows_by_the_projection_of_A():
     x = np.eye(3) * np.array([[0.5], [1.0], [2.0]])
     model = ad.Model(ad.Weights.identity(3), beta=1.0, geometry="sphere", scheme="pre")

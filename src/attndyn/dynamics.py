@@ -20,7 +20,9 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
   sphere), ``pre`` (s = r, r' = <theta, A>: x' = A), ``mix`` (post until ``scheme_tau``, then pre),
   ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = 1 / ``scheme_alpha``,
   r' = 0) and ``sqrt`` (s = sqrt(t + 1), r' = 0). The Peri-LN and nGPT rows follow SPEC's table,
-  which marks them as read from truncated sources.
+  which marks them as read from truncated sources. From unit tokens the radius-keeping schemes
+  (nGPT, sqrt, Mix-LN before its switch) move like Post-LN at speed c(t):
+  ``unit_sphere_field`` is that form, which ``simulate`` integrates.
 
 Combinations the mathematics does not define are rejected at construction. A ``Model`` holds
 parameters only: it has no cache, pickles small and carries no device tensors of its own.
@@ -334,31 +336,68 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
 
     See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
     """
-    split = args.sphere and args.scheme != "post"
-    if split:  # attention at the directions theta = x / r (SPEC §8.5)
+    if args.sphere and args.scheme != "post":  # attention at the directions theta = x / r (SPEC §8.5)
         r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         theta = x / r
         xq, scale = score_inputs(t, theta, args)
-        out = attention_term(xq, theta, args, scale, subtract_own=False)
-    else:
-        xq, scale = score_inputs(t, x, args)
-        out = attention_term(xq, x, args, scale, subtract_own=args.rescaled)
-    if args.sigma is not None:
-        b = args.b
-        if b is not None and args.bias_inside:
-            out = out + b
-        if args.sigma == "relu":
-            out = torch.relu(out)
-        elif args.sigma == "tanh":
-            out = torch.tanh(out)
-        out = out @ args.W_T
-        if b is not None and not args.bias_inside:
-            out = out + b
-    if split:
+        out = _feed_forward(attention_term(xq, theta, args, scale, subtract_own=False), args)
         return _scheme_velocity(t, out, theta, r, args)
+    return _plain_field(t, x, args)
+
+
+def _plain_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The field without a normalization scheme (on the sphere: Post-LN, the tangent projection at x)."""
+    xq, scale = score_inputs(t, x, args)
+    out = _feed_forward(attention_term(xq, x, args, scale, subtract_own=args.rescaled), args)
     if args.sphere:  # the tangent projection in two passes (a dot product and one addcmul)
         out = torch.addcmul(out, torch.linalg.vecdot(out, x).unsqueeze(-1), x, value=-1.0)
     return out
+
+
+def _feed_forward(out: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """``W sigma(out + b)`` (or ``W sigma(out) + b``) when the model has a feed-forward layer."""
+    if args.sigma is None:
+        return out
+    b = args.b
+    if b is not None and args.bias_inside:
+        out = out + b
+    if args.sigma == "relu":
+        out = torch.relu(out)
+    elif args.sigma == "tanh":
+        out = torch.tanh(out)
+    out = out @ args.W_T
+    if b is not None and not args.bias_inside:
+        out = out + b
+    return out
+
+
+# schemes that keep every radius (r' = 0) with a speed s that does not depend on the state
+RADIUS_KEEPING = ("ngpt", "sqrt", "mix")
+
+
+def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The field :func:`attndyn.simulation.simulate` integrates on the sphere, where tokens start at
+    unit norm.
+
+    Under nGPT, sqrt-scaling and Mix-LN before ``scheme_tau`` every radius is constant and the
+    speed s(t) is the same for all tokens, so tokens that start on the unit sphere stay there and
+    x' = c(t) P_x A(x) with c = ``scheme_alpha``, 1 / sqrt(t + 1) and 1: c(t) times the Post-LN
+    field. The two fields differ off the sphere only, so their solutions from unit tokens are the
+    same, and this one costs a Post-LN evaluation (the radius/direction split adds three small
+    torch calls, a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
+    ``scheme_tau`` on, use :func:`vector_field`.
+    """
+    scheme = args.scheme
+    if scheme == "ngpt":
+        c = args.scheme_alpha
+    elif scheme == "sqrt":
+        c = 1.0 / math.sqrt(t + 1.0)
+    elif scheme == "mix" and t < args.scheme_tau:
+        c = 1.0
+    else:
+        return vector_field(t, x, args)
+    out = _plain_field(t, x, args)
+    return out if c == 1.0 else out.mul_(c)
 
 
 def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Tensor, args: Prepared) -> torch.Tensor:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .dynamics import Model, _check_state, attention_term, prepare, vector_field
+from .dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
 from .solvers import AdaptiveStep, FixedStep, Tableau, integrate
 from .weights import Weights, as_float_tensor, to_numpy
 
@@ -92,7 +92,9 @@ def simulate(
 
     The attention-specific wrapper of :func:`attndyn.solvers.integrate`: it validates ``x0``,
     prepares the model once for ``x0``'s dtype and device (:func:`attndyn.dynamics.prepare`) and
-    integrates :func:`attndyn.dynamics.vector_field`.
+    integrates :func:`attndyn.dynamics.vector_field` (for nGPT, sqrt-scaling and Mix-LN before its
+    switch, :func:`attndyn.dynamics.unit_sphere_field`: the same solution from the unit tokens the
+    sphere requires, at the cost of a Post-LN step).
 
     Parameters
     ----------
@@ -121,9 +123,11 @@ def simulate(
         if d > n:
             return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
     args = prepare(model, x)
+    # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
+    field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
     try:
         sol = integrate(
-            vector_field,
+            field,
             x,
             ts,
             args,
