@@ -371,7 +371,7 @@ def _feed_forward(out: torch.Tensor, args: Prepared) -> torch.Tensor:
     return out
 
 
-# schemes that keep every radius (r' = 0) with a speed s that does not depend on the state
+# schemes that keep every radius (r' = 0; Mix-LN until its switch) at a speed s that does not depend on the state
 RADIUS_KEEPING = ("ngpt", "sqrt", "mix")
 
 
@@ -384,7 +384,7 @@ def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor
     x' = c(t) P_x A(x) with c = ``scheme_alpha``, 1 / sqrt(t + 1) and 1: c(t) times the Post-LN
     field. The two fields differ off the sphere only, so their solutions from unit tokens are the
     same, and this one costs a Post-LN evaluation (the radius/direction split adds three small
-    torch calls, a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
+    torch calls, a fifth to a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
     ``scheme_tau`` on, use :func:`vector_field`.
     """
     scheme = args.scheme

@@ -19,7 +19,8 @@ systems of n = 32 are one tensor program, not 2048 loops.
 an existing scheduler (``scheduler="tcp://host:8786"``, e.g. from ``dask-jobqueue``). Workers get
 config data (dicts), never live objects. The driver is the only writer of ``out/ledger.sqlite``:
 
-* ``meta``: the sweep's canonical JSON and its SHA-256 fingerprint, the save times;
+* ``meta``: the sweep's canonical JSON and its SHA-256 fingerprint, the save times, the ledger's
+  schema version (a folder of an earlier version is refused);
 * ``tasks``: the task's grid point (its coordinates except ``seed``, as JSON; the task holds that
   point at every seed of the grid, in grid order), status (pending, running, done, failed), attempts,
   error text, seconds, fingerprint;
@@ -272,7 +273,7 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     return Sweep(spec, grid, points, tasks, measures, options, ts or [])
 
 
-def task_coords(sweep: Sweep, task_id: int) -> dict:
+def _task_coords(sweep: Sweep, task_id: int) -> dict:
     """The grid coordinates a task's points share: all but ``seed`` (its points are that grid point at every seed)."""
     return {k: v for k, v in sweep.points[sweep.tasks[task_id][0]].coords.items() if k != "seed"}
 
@@ -443,7 +444,7 @@ class Ledger:
                 self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
             self.db.executemany(
                 "INSERT INTO tasks (task_id, coords, status, attempts, fingerprint) VALUES (?, ?, 'pending', 0, ?)",
-                [(t, json.dumps(task_coords(sweep, t)), sweep.fingerprint) for t in range(len(sweep.tasks))],
+                [(t, json.dumps(_task_coords(sweep, t)), sweep.fingerprint) for t in range(len(sweep.tasks))],
             )
 
     def check_schema(self, meta: dict) -> None:
