@@ -7,8 +7,8 @@ Contract
   span=False)`` returns a :class:`Trajectory` with ``xs[k]`` the state at ``ts[k]`` (``ts[0]`` is
   the initial time). ``span=True`` integrates in the span of x0 when d > n (same trajectory, n
   dimensions; :func:`span_obstruction` says which models allow it, :func:`span_coordinates` gives
-  the n-dimensional coordinates themselves). Fixed-step runs require every save time on the ``dt`` grid; adaptive runs shorten the
-  step to land exactly on each save time. A batch ``x0`` of shape ``(*batch, n, d)`` is
+  the n-dimensional coordinates themselves). Fixed-step runs require every save time on the
+  ``dt`` grid; adaptive runs shorten the step to land exactly on each save time. A batch ``x0`` of shape ``(*batch, n, d)`` is
   integrated as one state: all members share the time steps (the adaptive error norm is the
   maximum over members, so each meets its tolerance).
 * Raises ``FloatingPointError`` (naming the time) when a saved state is non-finite (checked at
