@@ -28,18 +28,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import median_time  # noqa: E402
 
-from attndyn import meanfield as mf  # noqa: E402
-from attndyn.experiments import circle  # noqa: E402
-from attndyn.experiments.mean_field_limit import Config, sample  # noqa: E402
+from attndyn.claims import circle
+from attndyn.claims.mean_field_limit import Config, sample
+from attndyn.theory import meanfield as mf
 
 CHILD = r"""
 import json, math, sys, time
 import attndyn as ad
-from attndyn.experiments.long_context import inputs
+from attndyn.claims.long_context import inputs
 n, kernel = {n}, {kernel!r}
-x = ad.weights.as_float_tensor(inputs(n, 0.4), "x")
+x = ad.core.weights.as_float_tensor(inputs(n, 0.4), "x")
 model = ad.Model(ad.Weights.identity(n + 1), beta=2.0 * math.log(n), attention=kernel)
-args = ad.dynamics.prepare(model, x)
+args = ad.core.dynamics.prepare(model, x)
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -47,7 +47,7 @@ def status(key):
 open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM to the current RSS
 before = status("VmRSS:")
 t = time.perf_counter()
-y = ad.dynamics.vector_field(0.0, x, args)
+y = ad.core.dynamics.vector_field(0.0, x, args)
 seconds = time.perf_counter() - t
 extra = status("VmHWM:") - before - y.numel() * y.element_size()
 print(json.dumps({{"seconds": seconds, "extra_bytes": extra}}))

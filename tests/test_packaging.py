@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -58,11 +59,13 @@ def test_wheel_holds_the_package_and_nothing_else(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert top == {"attndyn", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
-    assert "attndyn/cli.py" in names
-    assert "attndyn/experiments/polytope.py" in names
+    assert "attndyn/app/cli.py" in names
+    assert "attndyn/claims/polytope.py" in names
+    for layer in ("core", "analysis", "theory", "models", "workflow", "claims", "app"):
+        assert f"attndyn/{layer}/__init__.py" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "docs/", "benchmarks/")) or "__pycache__" in n]
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "attndyn = attndyn.cli:app" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "attndyn = attndyn.app.cli:app" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 def test_the_installed_library_and_module_run(installed):
@@ -70,7 +73,7 @@ def test_the_installed_library_and_module_run(installed):
     assert where.returncode == 0, where.stderr
     path, version = where.stdout.split()
     assert Path(path).is_relative_to(installed)
-    assert version == "0.1.0"
+    assert version == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     listed = run_installed(installed, sys.executable, "-m", "attndyn", "list")
     assert listed.returncode == 0, listed.stderr
     assert "polytope" in listed.stdout
@@ -81,7 +84,7 @@ def test_the_command_lists_every_command_on_one_line(installed):
     assert script.is_file()
     helped = run_installed(installed, str(script), "--help")
     assert helped.returncode == 0, helped.stderr
-    from attndyn.cli import app
+    from attndyn.app.cli import app
 
     registered = [c.name or c.callback.__name__ for c in app.registered_commands]
     assert sorted(registered) == sorted(COMMANDS)

@@ -1,5 +1,5 @@
 """``python -m attndyn``: the same command line as the ``attndyn`` script."""
 
-from attndyn.cli import app
+from attndyn.app.cli import app
 
 app(prog_name="attndyn")

@@ -1,0 +1,481 @@
+"""The ``attndyn`` command line (Typer + Rich). Nothing imports this module.
+
+User errors (bad config, bad path, unreadable run folder) print one line to stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-attention dynamics: simulate, analyse, reproduce.")
+err_console = Console(stderr=True)
+console = Console()
+
+
+def fail(message: str) -> None:
+    """One readable line on stderr, exit status 2."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _version(value: bool):
+    if value:
+        from attndyn import __version__
+
+        console.print(f"attndyn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """attndyn: Transformers as interacting particle systems."""
+
+
+@contextlib.contextmanager
+def delayed_progress(description: str, total: float, *, delay: float = 1.0) -> Iterator[Callable[[float], None]]:
+    """Yield ``update(completed)``; a Rich bar appears only once the run has lasted ``delay`` s."""
+    start = time.perf_counter()
+    state: dict = {}
+
+    def update(completed: float):
+        if "bar" not in state:
+            if time.perf_counter() - start < delay:
+                return
+            bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>5.1f}%"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=err_console,
+                transient=False,
+            )
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task(description, total=total)
+        state["bar"].update(state["task"], completed=completed)
+
+    try:
+        yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
+
+
+@app.command()
+def simulate(
+    config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+) -> None:
+    """Simulate a config and write a run folder."""
+    from attndyn.workflow import runs
+    from attndyn.workflow.files import RunFolderError
+    from attndyn.workflow.schema import ConfigError, load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        fail(f"{config}: {err}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    try:
+        with delayed_progress("simulate", cfg.solver.t1) as update:
+            run = runs.execute(cfg, progress=update)
+    except ConfigError as err:
+        fail(f"{config}: {err}")
+    except (FloatingPointError, RuntimeError) as err:
+        fail(f"simulation stopped: {err}")
+    try:
+        runs.write(run, out)
+    except RunFolderError as err:
+        fail(str(err))
+    console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)")
+
+
+@app.command()
+def meanfield(
+    config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+) -> None:
+    """Solve the mean-field equation on the circle (SPEC §8.8).
+
+    Writes a run folder with the density, its figures and a movie.
+    """
+    import numpy as np
+
+    from attndyn import __version__
+    from attndyn.theory import meanfield as mf
+    from attndyn.workflow import plots
+    from attndyn.workflow.files import write_json, write_npz
+    from attndyn.workflow.schema import ConfigError, load_meanfield_config
+    from attndyn.workflow.setup import meanfield_setup
+
+    try:
+        cfg = load_meanfield_config(config)
+        rho0, ts = meanfield_setup(cfg)
+    except ConfigError as err:
+        fail(f"{config}: {err}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    start = time.perf_counter()
+    try:
+        sol = mf.solve_circle(rho0, ts, beta=cfg.beta, usa=cfg.usa, rtol=cfg.rtol, atol=cfg.atol, method=cfg.method, cfl=cfg.cfl)
+    except ValueError as err:
+        fail(f"{config}: {err}")
+    except mf.ResolutionError as err:
+        err_console.print(f'stopped: {err} (or use method = "finite-volume")', highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    wall = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)  # written last: it marks a complete run folder
+    write_json(out / "config.json", cfg.model_dump(mode="json"))
+    write_npz(out / "density.npz", ts=sol.ts, theta=sol.theta, rho=sol.rho)
+    label = f"{'USA' if cfg.usa else 'SA'}, beta = {cfg.beta:g}, M = {sol.rho.shape[1]}, {cfg.method}"
+    plots.save(plots.density_map(sol.ts, sol.theta, sol.rho, title=label), out / "density.png")
+    plots.save(
+        plots.curves(sol.ts, {"R(t) = |int e^(i theta) rho|": mf.order_parameter(sol.rho)}, xlabel="t", ylabel="order parameter", title=label),
+        out / "order_parameter.png",
+    )
+    plots.density_movie(out / "density.gif", sol.ts, sol.theta, sol.rho, title=label)
+    mass = sol.rho.sum(1) * 2 * math.pi / sol.rho.shape[1]
+    write_json(
+        out / "summary.json",
+        {
+            "version": __version__,
+            "method": sol.method,
+            "steps": sol.steps,
+            "wall_seconds": round(wall, 4),
+            "M": int(sol.rho.shape[1]),
+            "t1": float(sol.ts[-1]),
+            "saves": len(sol.ts),
+            "mass_drift": float(np.abs(mass - 1).max()),
+            "min_density": float(sol.rho.min()),
+            "final_order_parameter": float(mf.order_parameter(sol.rho[-1])),
+        },
+    )
+    console.print(f"wrote {out} ({sol.steps} steps, {wall:.2f} s)")
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def sweep(
+    target: Annotated[str, typer.Argument(help="SWEEP.toml to run, or 'export' / 'plot' followed by the sweep folder.")],
+    folder: Annotated[Path | None, typer.Argument(help="With export or plot: the sweep folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Sweep folder to write (running) or file to write (export, plot).")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Dask worker processes (0: in-process; default: one per core).")] = None,
+    scheduler: Annotated[str | None, typer.Option("--scheduler", help="Address of an existing Dask scheduler (tcp://host:port).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="export: netcdf, zarr or csv.")] = "netcdf",
+    measure: Annotated[str | None, typer.Option("--measure", help="plot: the measure to draw.")] = None,
+    x: Annotated[str | None, typer.Option("--x", help="plot: the horizontal axis (a grid key or t).")] = None,
+    y: Annotated[str | None, typer.Option("--y", help="plot: the vertical axis (a grid key or t).")] = None,
+) -> None:
+    """Run, export or plot a resumable parameter sweep (Dask).
+
+    attndyn sweep SWEEP.toml --out DIR [--workers N | --scheduler ADDRESS]; attndyn sweep export DIR
+    --format netcdf|zarr|csv; attndyn sweep plot DIR --measure M --x KEY --y KEY. Exit 1 when a task
+    failed (the others are kept), 2 on a bad file or a changed sweep on an existing folder.
+    """
+    from attndyn.app.ledger import LEDGER
+    from attndyn.app.sweep_driver import run as run_sweep
+    from attndyn.app.sweep_results import export, heatmap
+    from attndyn.workflow.grid import SweepError
+
+    if target in ("export", "plot"):
+        if folder is None:
+            fail(f"attndyn sweep {target} needs the sweep folder")
+        try:
+            if target == "export":
+                path = export(folder, fmt, out)
+            else:
+                if not (measure and x and y):
+                    fail("attndyn sweep plot needs --measure, --x and --y")
+                from attndyn.workflow import plots
+
+                path = plots.save(heatmap(folder, measure, x, y), out or folder / f"{measure}_{x}_{y}.png")
+        except SweepError as err:
+            fail(str(err))
+        console.print(f"wrote {path}")
+        return
+    if folder is not None:
+        fail(f"unexpected argument {str(folder)!r}: run a sweep with `attndyn sweep SWEEP.toml --out DIR`")
+    if out is None:
+        fail("attndyn sweep SWEEP.toml needs --out DIR")
+    if workers is not None and workers < 0:
+        fail(f"--workers {workers} must be >= 0")
+    with Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update)
+        except SweepError as err:
+            bar.stop()
+            fail(f"{target}: {err}")
+    console.print(
+        f"{summary.done} of {summary.total} tasks done ({summary.ran} run now, {summary.failed} failed) in {summary.seconds:.1f} s; "
+        f"ledger {out / LEDGER}"
+    )
+    for task_id, error in summary.errors:
+        err_console.print(f"task {task_id} failed: {error}", markup=False, highlight=False)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]) -> None:
+    """Analyse a run folder: regime, limits, attention.
+
+    Writes RUN_DIR/analysis.json.
+    """
+    import torch
+    from rich.table import Table
+
+    from attndyn import Trajectory
+    from attndyn.analysis.prediction import analyze as run_analysis
+    from attndyn.workflow import runs
+    from attndyn.workflow.files import RunFolderError, write_json
+
+    try:
+        run = runs.read(run_dir)
+    except RunFolderError as err:
+        fail(f"cannot read run folder {str(run_dir)!r}: {err}")
+    traj = Trajectory(torch.from_numpy(run.ts), torch.from_numpy(run.xs), variable=run.variable)
+    try:
+        result = run_analysis(traj, run.model)
+    except ValueError as err:
+        fail(f"cannot analyse {str(run_dir)!r}: {err}")
+    write_json(run_dir / "analysis.json", result.to_dict())
+    table = Table(title=f"analysis of {run_dir} at t = {result.t_final:g}", show_header=True)
+    table.add_column("quantity")
+    table.add_column("value", overflow="fold")
+    table.add_row("regime", f"{result.regime.name} ({result.regime.reference})")
+    table.add_row("why", result.regime.reason)
+    table.add_row("prediction", result.regime.prediction or "-")
+    lo, hi = result.cluster_tol_range
+    table.add_row(
+        f"clusters in {result.space}", f"{result.cluster_count} (stable for tol in [{lo:.2g}, {hi:.2g}], {result.cluster_decades:.1f} decades)"
+    )
+    if result.max_distance_to_prediction is not None:
+        table.add_row("max distance to prediction", f"{result.max_distance_to_prediction:.3g}")
+    table.add_row("Boolean distance of P", ", ".join(f"{b:.2g}" for b in result.boolean_distance))
+    table.add_row(f"rank of P (tol {result.rank_tol:g})", ", ".join(str(r) for r in result.rank))
+    table.add_row("leaders (some P_ij > 1 - 1e-4)", "; ".join(str(lead) for lead in result.leaders))
+    for name, fit in result.rates.items():
+        value = f"{fit['rate']:.3f} over t in [{fit['t_from']:g}, {fit['t_to']:g}]" if isinstance(fit, dict) else f"{fit:.3f}"
+        table.add_row(f"rate: {name}", value)
+    for name, mono in result.monotone.items():
+        table.add_row(name, "monotone" if mono["monotone"] else f"VIOLATED by {mono['max_violation']:.3g}")
+    console.print(table)
+    for warning in result.warnings:
+        console.print(f"[bold yellow]warning:[/] {warning}")
+    console.print(f"wrote {run_dir / 'analysis.json'}")
+
+
+@app.command("list")
+def list_claims() -> None:
+    """List the claims and their paper references."""
+    from rich.table import Table
+
+    from attndyn.claims import EXPERIMENTS, load
+
+    table = Table(show_header=True)
+    for col in ("claim", "paper reference", "verdict kind", "title"):
+        table.add_column(col, overflow="fold")
+    for cid in EXPERIMENTS:
+        info = load(cid).CLAIM
+        table.add_row(cid, info.paper_ref, info.kind, info.title)
+    console.print(table)
+
+
+def engine_options(device: str, dtype: str) -> tuple:
+    """Validate ``--device`` and ``--dtype``; exit 2 with one line when unusable. Returns torch objects."""
+    import torch
+
+    from attndyn.workflow.schema import ConfigError
+    from attndyn.workflow.setup import resolve_device
+
+    if dtype not in ("float64", "float32"):
+        fail(f"--dtype {dtype!r} is not float64 or float32")
+    try:
+        return resolve_device(device), getattr(torch, dtype)
+    except ConfigError as err:
+        fail(f"--device: {err}")
+
+
+@app.command()
+def reproduce(
+    claims: Annotated[list[str] | None, typer.Argument(help="Claim ids (default: all; see `attndyn list`).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes: every claim in a few minutes on a laptop.")] = False,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("report"),
+    seed: Annotated[int, typer.Option("--seed", help="Base seed of every claim.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
+) -> None:
+    """Check the claims and write the report.
+
+    Writes DIR/runs/CLAIM/, DIR/results.json, DIR/index.html and, with a Chromium, DIR/preview.png.
+    """
+    from attndyn.app.report import ReportError, build
+    from attndyn.claims import EXPERIMENTS, load
+    from attndyn.claims.runner import run_claim
+
+    engine_options(device, dtype)
+    chosen = list(claims) if claims else list(EXPERIMENTS)
+    unknown = [c for c in chosen if c not in EXPERIMENTS]
+    if unknown:
+        fail(f"unknown claim id(s) {', '.join(unknown)}; valid ids: {', '.join(EXPERIMENTS)}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    (out / "index.html").unlink(missing_ok=True)
+    (out / "results.json").unlink(missing_ok=True)
+    runs = out / "runs"
+    if runs.is_dir():
+        import shutil
+
+        for old in runs.iterdir():
+            if old.is_dir() and old.name not in chosen:
+                shutil.rmtree(old)
+    start = time.perf_counter()
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err_console
+    )
+    verdicts = {}
+    with bar:
+        task = bar.add_task("reproduce", total=len(chosen))
+        for cid in chosen:
+            bar.update(task, description=f"reproduce: {cid}")
+            record = run_claim(cid, load(cid), runs / cid, seed=seed, quick=quick, device=device, dtype=dtype)
+            verdicts[cid] = record["verdict"]
+            bar.advance(task)
+    try:
+        page = build(out, list(EXPERIMENTS))
+    except ReportError as err:
+        fail(str(err))
+    summary = ", ".join(f"{v}: {sum(x == v for x in verdicts.values())}" for v in ("pass", "fail", "report", "skipped"))
+    console.print(f"{len(chosen)} claims in {time.perf_counter() - start:.0f} s ({summary})")
+    for cid, v in verdicts.items():
+        if v == "fail":
+            console.print(f"[bold red]FAIL[/] {cid}: see the report")
+    _preview(page)
+    console.print(f"report: {page.resolve()}")
+
+
+def _preview(page: Path) -> None:
+    """Write preview.png (the report's first screen at 1400x900) when a Chromium is available."""
+    from attndyn.app.browser import BrowserUnavailable, screenshot
+
+    try:
+        screenshot(page, page.parent / "preview.png")
+    except BrowserUnavailable as err:
+        console.print(f"[dim]preview.png not written: {err}[/dim]")
+    except Exception as err:  # playwright's own errors (a browser that fails to start)
+        console.print(f"[dim]preview.png not written: {type(err).__name__}: {str(err).splitlines()[0]}[/dim]")
+
+
+@app.command()
+def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn reproduce`.")]) -> None:
+    """Rebuild the report from its run folders.
+
+    Rewrites DIR/index.html and DIR/results.json without recomputing.
+    """
+    from attndyn.app.report import ReportError, build
+    from attndyn.claims import EXPERIMENTS
+
+    try:
+        page = build(out, list(EXPERIMENTS))
+    except ReportError as err:
+        fail(str(err))
+    _preview(page)
+    console.print(f"report: {page.resolve()}")
+
+
+@app.command()
+def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder written by `attndyn reproduce` (DIR/runs/CLAIM).")]) -> None:
+    """Recompute a claim's verdict from its saved arrays.
+
+    Uses the run folder's arrays and config, without simulating. Exits 0 on pass or report, 1 on fail, 2 on an unreadable or incomplete folder.
+    """
+    from rich.table import Table
+
+    from attndyn.claims.runner import JudgeError, judge_folder
+
+    try:
+        record = judge_folder(run_dir)
+    except JudgeError as err:
+        fail(str(err))
+    table = Table(title=f"{record['id']}: {record['verdict']}")
+    for col in ("check", "value", "threshold", "cases", "verdict"):
+        table.add_column(col, overflow="fold")
+    for name, c in record["checks"].items():
+        verdict = "report" if c.passed is None else ("pass" if c.passed else "FAIL")
+        table.add_row(name, f"{c.value:.4g}", c.threshold, "-" if c.n_judged is None else str(c.n_judged), verdict)
+    console.print(table)
+    if record["recorded_verdict"] not in (None, record["verdict"]):
+        console.print(
+            f"[bold red]the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}[/]"
+        )
+    raise typer.Exit(1 if record["verdict"] == "fail" else 0)
+
+
+@app.command()
+def checkpoint(
+    path: Annotated[str, typer.Argument(help="Checkpoint folder (config.json + model.safetensors), or 'minilm'.")],
+    text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
+    layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
+    head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("checkpoint-report"),
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
+    device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
+) -> None:
+    """Head spectra and dynamics of a trained checkpoint.
+
+    Spectra of every head, and the dynamics its weights drive against its hidden states.
+    """
+    from attndyn.app.checkpoint_page import checkpoint_report
+    from attndyn.models.bert import CheckpointError
+
+    dev, torch_dtype = engine_options(device, dtype)
+
+    if out.exists() and not out.is_dir():
+        fail(f"--out {str(out)!r} exists and is not a folder")
+    bar = Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err_console, transient=True)
+    try:
+        with bar:
+            task = bar.add_task("loading checkpoint")
+            record = checkpoint_report(
+                path,
+                text=text,
+                layer=layer,
+                head=head,
+                out=out,
+                allow_pickle=allow_pickle,
+                progress=lambda msg: bar.update(task, description=msg),
+                device=dev,
+                dtype=torch_dtype,
+            )
+    except CheckpointError as err:
+        fail(str(err))
+    console.print(f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,148 @@
+"""The sweep ledger: one SQLite file per sweep folder, written only by the driver.
+
+Contract
+--------
+``out/ledger.sqlite`` (WAL mode) holds
+
+* ``meta``: the sweep's canonical JSON and its SHA-256 fingerprint, the save times, the ledger's
+  schema version (a folder of an earlier version is refused);
+* ``tasks``: the task's grid point (its coordinates except ``seed``, as JSON; the task holds that
+  point at every seed of the grid, in grid order), status (pending, running, done, failed), attempts,
+  error text, seconds, fingerprint;
+* ``results``: one row per task (its points' measures, each stacked over the seeds: a JSON header
+  and float64 bytes), written in the same transaction that marks the task done.
+
+A changed sweep file on an existing folder raises :class:`~attndyn.workflow.schema.SweepError` naming
+what changed. SQLite commits are atomic: a killed driver loses nothing and duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attndyn.workflow.grid import Sweep
+from attndyn.workflow.schema import SweepError
+
+LEDGER = "ledger.sqlite"
+
+
+SCHEMA = 2  # 2: one results row per task, grid points kept with their tasks (1: one row per point)
+
+
+def encode_results(arrays: dict) -> bytes:
+    """Arrays as bytes: a JSON header (names, shapes) then the float64 data, in order (C order).
+    A task's row holds each measure stacked over its points, in task order."""
+    values = [(k, np.ascontiguousarray(v, dtype=np.float64)) for k, v in arrays.items()]
+    header = json.dumps({k: list(v.shape) for k, v in values}).encode()
+    return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for _, v in values)
+
+
+def decode_results(data: bytes) -> dict:
+    size = int.from_bytes(data[:4], "little")
+    header = json.loads(data[4 : 4 + size])
+    out, offset = {}, 4 + size
+    for name, shape in header.items():
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(data, dtype=np.float64, count=count, offset=offset).reshape(shape).copy()
+        offset += 8 * count
+    return out
+
+
+class Ledger:
+    """The SQLite ledger of a sweep folder; every write is one transaction."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / LEDGER
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        with self.db:
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS tasks (task_id INTEGER PRIMARY KEY, coords TEXT NOT NULL, status TEXT NOT NULL, "
+                "attempts INTEGER NOT NULL DEFAULT 0, error TEXT, seconds REAL, fingerprint TEXT NOT NULL)"
+            )
+            self.db.execute("CREATE TABLE IF NOT EXISTS results (task_id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def meta(self) -> dict:
+        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+
+    def start(self, sweep: Sweep) -> None:
+        """Record a new sweep, or check that the folder holds this same sweep (SweepError naming what changed)."""
+        meta = self.meta()
+        if meta:
+            self.check_schema(meta)
+            if meta.get("fingerprint") != sweep.fingerprint:
+                raise SweepError(
+                    f"{self.path.parent} holds a different sweep: {_difference(meta.get('spec', {}), sweep.spec)}; use a new --out folder"
+                )
+            return
+        with self.db:
+            for key, value in (
+                ("spec", sweep.spec),
+                ("fingerprint", sweep.fingerprint),
+                ("ts", sweep.ts),
+                ("created", time.time()),
+                ("schema", SCHEMA),
+            ):
+                self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
+            self.db.executemany(
+                "INSERT INTO tasks (task_id, coords, status, attempts, fingerprint) VALUES (?, ?, 'pending', 0, ?)",
+                [(t, json.dumps(_task_coords(sweep, t)), sweep.fingerprint) for t in range(len(sweep.tasks))],
+            )
+
+    def check_schema(self, meta: dict) -> None:
+        if meta.get("schema") != SCHEMA:
+            raise SweepError(
+                f"{self.path} was written by an earlier attndyn (ledger schema {meta.get('schema', 1)}, "
+                f"this one reads {SCHEMA}); use a new --out folder"
+            )
+
+    def todo(self) -> list[int]:
+        """Tasks not done (pending, failed, or marked running by a driver that was killed mid-task)."""
+        return [t for (t,) in self.db.execute("SELECT task_id FROM tasks WHERE status != 'done' ORDER BY task_id")]
+
+    def running(self, task_id: int) -> None:
+        with self.db:
+            self.db.execute("UPDATE tasks SET status = 'running', attempts = attempts + 1 WHERE task_id = ?", (task_id,))
+
+    def done(self, task_id: int, blob: bytes, seconds: float) -> None:
+        """Store a task's results (:func:`run_task`'s stacked arrays as one :func:`encode_results`) and mark it done, in one transaction."""
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?)", (task_id, blob))
+            self.db.execute("UPDATE tasks SET status = 'done', error = NULL, seconds = ? WHERE task_id = ?", (seconds, task_id))
+
+    def failed(self, task_id: int, error: str, seconds: float) -> None:
+        with self.db:
+            self.db.execute("UPDATE tasks SET status = 'failed', error = ?, seconds = ? WHERE task_id = ?", (error, seconds, task_id))
+
+    def counts(self) -> dict:
+        return dict(self.db.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status"))
+
+    def errors(self) -> list[tuple[int, str]]:
+        return list(self.db.execute("SELECT task_id, error FROM tasks WHERE status = 'failed' ORDER BY task_id"))
+
+
+def _difference(old: dict, new: dict, prefix: str = "") -> str:
+    """The first key where two specs differ, with both values."""
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            return _difference(a, b, f"{prefix}{key}.")
+        return f"{prefix}{key} was {json.dumps(a)}, now {json.dumps(b)}"
+    return "the fingerprints differ"
+
+
+def _task_coords(sweep: Sweep, task_id: int) -> dict:
+    """The grid coordinates a task's points share: all but ``seed`` (its points are that grid point at every seed)."""
+    return {k: v for k, v in sweep.points[sweep.tasks[task_id][0]].coords.items() if k != "seed"}

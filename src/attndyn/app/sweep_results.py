@@ -1,0 +1,109 @@
+"""Reading a sweep's results: an xarray Dataset, CSV/NetCDF export, heat maps.
+
+Contract
+--------
+``load(out)`` returns an ``xarray.Dataset`` (one dimension per grid key in file order, plus ``t``
+for measures over time; missing points are NaN); ``export`` writes it as CSV or NetCDF (atomically);
+``heatmap`` draws one measure over two grid axes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attndyn.app.ledger import LEDGER, Ledger, decode_results
+from attndyn.workflow.schema import SweepError
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.figure import Figure
+
+
+def load(folder: str | Path) -> xr.Dataset:
+    """The sweep's results as an ``xarray.Dataset`` (see the module docstring)."""
+    import xarray as xr
+
+    folder = Path(folder)
+    if not (folder / LEDGER).is_file():
+        raise SweepError(f"{str(folder)!r} holds no sweep ledger ({LEDGER})")
+    ledger = Ledger(folder)
+    try:
+        meta = ledger.meta()
+        if not meta:
+            raise SweepError(f"{folder / LEDGER} is empty")
+        ledger.check_schema(meta)
+        spec, ts = meta["spec"], np.asarray(meta["ts"], dtype=np.float64)
+        grid = spec["grid"]
+        keys = spec["axes"]  # the grid keys in file order (the canonical JSON sorts the grid's keys)
+        shape = [len(grid[k]) for k in keys]
+        index = {k: {json.dumps(v): i for i, v in enumerate(grid[k])} for k in keys}
+        # a task is one grid point at every seed: its results fill the seed axis at that point
+        place = {}
+        for task_id, coords in ledger.db.execute("SELECT task_id, coords FROM tasks"):
+            coords = json.loads(coords)
+            place[task_id] = tuple(slice(None) if k == "seed" else index[k][json.dumps(coords[k])] for k in keys)
+        data: dict[str, np.ndarray] = {}
+        for task_id, blob in ledger.db.execute("SELECT task_id, data FROM results"):
+            for name, value in decode_results(blob).items():
+                if name not in data:
+                    data[name] = np.full(shape + list(value.shape[1:]), np.nan)
+                data[name][place[task_id]] = value if "seed" in keys else value[0]
+    finally:
+        ledger.close()
+    variables = {}
+    for name in spec["measures"]:
+        value = data.get(name)
+        if value is None:
+            value = np.full(shape, np.nan)
+        dims = keys + (["t"] if value.ndim > len(keys) else [])
+        variables[name] = (dims, value)
+    coords = {k: grid[k] for k in keys}
+    if any(len(v[0]) > len(keys) for v in variables.values()):
+        coords["t"] = ts
+    return xr.Dataset(variables, coords=coords, attrs={"fingerprint": meta["fingerprint"], "sweep": json.dumps(spec, sort_keys=True)})
+
+
+def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path:
+    """Write the sweep's Dataset as ``netcdf``, ``zarr`` or ``csv`` (atomically; default ``folder/results.<ext>``)."""
+    import shutil
+    import tempfile
+
+    ext = {"netcdf": "nc", "zarr": "zarr", "csv": "csv"}
+    if fmt not in ext:
+        raise SweepError(f"format {fmt!r} is not one of netcdf, zarr, csv")
+    ds = load(folder)
+    target = Path(path) if path is not None else Path(folder) / f"results.{ext[fmt]}"
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        part = Path(tmp) / target.name
+        if fmt == "netcdf":
+            ds.to_netcdf(part, engine="scipy")
+        elif fmt == "zarr":
+            ds.to_zarr(part, mode="w", zarr_format=2, consolidated=True)  # v2: readable by every zarr reader
+        else:
+            ds.to_dataframe().to_csv(part)
+        if target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        os.replace(part, target)
+    return target
+
+
+def heatmap(folder: str | Path, measure: str, x: str, y: str) -> Figure:
+    """A Figure of ``measure`` over the axes ``x`` and ``y`` (grid keys or ``t``), averaged over the others."""
+    from attndyn.workflow import plots
+
+    ds = load(folder)
+    if measure not in ds:
+        raise SweepError(f"measure {measure!r} is not in this sweep; it has {', '.join(ds.data_vars)}")
+    da = ds[measure]
+    for axis in (x, y):
+        if axis not in da.dims:
+            raise SweepError(f"axis {axis!r} is not a dimension of {measure!r}; dimensions: {', '.join(da.dims)}")
+    if x == y:
+        raise SweepError("--x and --y must differ")
+    mean = da.mean([d for d in da.dims if d not in (x, y)], skipna=True).transpose(y, x)
+    return plots.grid_heatmap(np.asarray(ds[x].values), np.asarray(ds[y].values), mean.values, xlabel=x, ylabel=y, label=measure)

@@ -1,0 +1,183 @@
+"""Thm 3.1 (t:Idcase11int): V = I and Q^T K SPD -> every z_i converges to a vertex of a polytope (SPEC §4.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import attndyn as ad
+from attndyn.analysis import clusters, geometry, lowrank
+from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every, fraction, report, simulate_batch
+from attndyn.workflow import plots
+
+CLAIM = ClaimInfo(
+    id="polytope",
+    paper_ref="arXiv:2305.05465v6 Thm 3.1 (t:Idcase11int, full form t:Idcase11)",
+    title="V = I: clustering toward the vertices of a convex polytope",
+    statement=(
+        "With V = I_d and Q^T K symmetric positive definite, the convex hull of the rescaled tokens z_i(t) = e^{-t} x_i(t) "
+        "shrinks to a convex polytope K, and each z_i(t) converges to 0 or to a point of the boundary of K; generically "
+        "every token converges to a vertex and the attention matrix becomes Boolean."
+    ),
+    hypotheses="V = I_d; Q^T K symmetric positive definite; any initial tokens.",
+    kind="pass/fail",
+)
+
+
+class Config(ExperimentConfig):
+    dims: list[int] = [2, 3]
+    ns: list[int] = [10, 20, 50]
+    forms: list[str] = ["identity", "spd"]
+    scales: list[float] = [1.0, 5.0]
+    seeds: int = 20
+    dt: float = 0.01
+    directions: int = 200
+
+
+QUICK = {"ns": [20], "scales": [5.0]}
+# SPEC §4.3: T = 12 for U[-1,1], T = 10 for U[-5,5]; tolerances (a)-(f).
+T_FOR_SCALE = {1.0: 12.0, 5.0: 10.0}
+VERTEX_TOL = 1e-3
+BOOLEAN_TOL = 1e-8
+MONOTONE_RTOL = 1e-10
+
+
+def qk_matrix(form: str, d: int, rng: np.random.Generator) -> np.ndarray:
+    if form == "identity":
+        return np.eye(d)
+    G = rng.normal(size=(d, d))
+    A = np.eye(d) + 0.3 * G @ G.T / d
+    return A @ A  # SPEC §4.3: A^2 with A = I + 0.3 G G^T / d
+
+
+def run(config: Config) -> Result:
+    """Simulate every case; the checks are :func:`judge` of the saved arrays."""
+    rng = np.random.default_rng(config.seed)
+    arrays = {}
+    k = 0
+    for d in config.dims:
+        for n in config.ns:
+            for form in config.forms:
+                for scale in config.scales:
+                    B = qk_matrix(form, d, rng)
+                    model = ad.Model(ad.Weights(np.eye(d), B, np.eye(d)), rescaled=True)
+                    z0 = rng.uniform(-scale, scale, (config.seeds, n, d))
+                    T = T_FOR_SCALE.get(scale, 10.0)
+                    ts, zs = simulate_batch(model, z0, T, dt=config.dt, saves=int(T) * 10 + 1, engine=config)
+                    arrays |= {
+                        f"ts{k}": ts,
+                        f"z{k}": zs,
+                        f"B{k}": B,
+                        f"u{k}": geometry.random_directions(d, config.directions, rng),
+                        f"scale{k}": np.float64(scale),
+                    }
+                    k += 1
+    checks, info = judge(arrays, config)
+    return Result(CLAIM, checks, config.model_dump(), arrays, info)
+
+
+def cases(arrays: dict) -> list[int]:
+    return sorted(int(key[2:]) for key in arrays if key.startswith("ts") and key[2:].isdigit())
+
+
+def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
+    """The checks of SPEC §4.3 as a pure function of the saved states (every run, every token)."""
+    ok = {"hull": [], "bounded": [], "converged": [], "S": [], "boundary": [], "boolean": [], "leader": []}
+    at_vertex, rates, rows = [], [], []
+    for k in cases(arrays):
+        ts, zs, B, u, scale = arrays[f"ts{k}"], arrays[f"z{k}"], arrays[f"B{k}"], arrays[f"u{k}"], float(arrays[f"scale{k}"])
+        T, d = float(ts[-1]), zs.shape[-1]
+        model = ad.Model(ad.Weights(np.eye(d), B, np.eye(d)), rescaled=True)
+        A = np.linalg.cholesky(B).T  # <Au, Av> = u^T B v
+        k1 = np.searchsorted(ts, T - 1.0)
+        rows.append({"d": d, "n": zs.shape[2], "scale": scale, "T": T, "QK=I": bool(np.allclose(B, np.eye(d)))})
+        for s in range(zs.shape[1]):
+            z = zs[:, s]
+            h = geometry.support_function(z, u)
+            ok["hull"].append(np.diff(h, axis=0).max() <= MONOTONE_RTOL * scale)
+            ok["bounded"].append((h - h[0]).max() <= MONOTONE_RTOL * scale)
+            ok["converged"].append(T >= 1.0 and np.linalg.norm(z[-1] - z[k1], axis=1).max() < 1e-3 * scale)
+            p = z[-1]
+            verts = geometry.hull_vertices(p)
+            at_vertex.extend(geometry.distance_to_vertices(p, p[verts]) <= VERTEX_TOL)
+            # S-equation of Thm 3.1: |Ap|^2 = max_j <Ap, Av_j>, and the limit in dK u {0}
+            Ap = p @ A.T
+            lhs = (Ap**2).sum(1)
+            rhs = (Ap @ (p[verts] @ A.T).T).max(1)
+            ok["S"].extend(np.abs(lhs - rhs) <= 1e-3 * np.maximum(lhs, 1e-12))
+            ok["boundary"].extend(np.minimum(geometry.boundary_distance(p), np.linalg.norm(p, axis=1)) <= VERTEX_TOL * scale)
+            P = ad.attention_matrix(model, p, t=T)[0].numpy()
+            ok["boolean"].append(lowrank.boolean_distance(P) <= BOOLEAN_TOL)
+            labels = clusters.cluster_labels(p, tol=VERTEX_TOL * 10)
+            ok["leader"].extend(labels[P.argmax(1)] == labels)
+            dev = np.linalg.norm(z - z[-1], axis=-1).max(1)
+            sel = (ts >= 2.0) & (ts <= 0.6 * T) & (dev > 1e-12)
+            if sel.sum() >= 3:
+                rates.append(-np.polyfit(ts[sel], np.log(dev[sel]), 1)[0])
+    checks = {
+        "(a) hull of z non-increasing (200 directions): failing runs": every(ok["hull"]),
+        "(b) z_i(t) in conv{z_j(0)}: failing runs": every(ok["bounded"]),
+        "(c) |z(T) - z(T-1)| < 1e-3 scale: failing runs": every(ok["converged"]),
+        "(d) S-equation |Ap|^2 = max_j <Ap, Av_j> (rel. 1e-3): failing tokens": every(ok["S"]),
+        "(d) limit in dK u {0} (distance <= 1e-3 scale): failing tokens": every(ok["boundary"]),
+        "(e) P(T) Boolean to 1e-8: failing runs": every(ok["boolean"]),
+        "(e) leader of row i in the vertex cluster of z_i: failing rows": every(ok["leader"]),
+        "generic: fraction of tokens within 1e-3 of a hull vertex": report(fraction(at_vertex), "SPEC [R]: 400 of 400 tokens"),
+        "(f) fitted rate of max_i |z_i(t) - z_i(T)|, median over runs": report(np.median(rates) if rates else float("nan"), "SPEC [R]: about 1"),
+    }
+    info = {"runs": len(ok["hull"]), "tokens": len(ok["S"]), "cases": rows, "rates": [float(r) for r in rates]}
+    return checks, info
+
+
+def _example(result: Result, d: int):
+    """One seed of the Q^T K = I case in dimension d with the largest scale (for figures and movies)."""
+    a = result.arrays
+    best = None
+    for k in cases(a):
+        if a[f"z{k}"].shape[-1] == d and np.allclose(a[f"B{k}"], np.eye(d)):
+            if best is None or (float(a[f"scale{k}"]), a[f"z{k}"].shape[2] <= 20) >= best[0]:
+                best = ((float(a[f"scale{k}"]), a[f"z{k}"].shape[2] <= 20), k)
+    if best is None:
+        return None
+    k = best[1]
+    return a[f"ts{k}"], a[f"z{k}"][:, 0]
+
+
+def figures(result: Result) -> dict:
+    figs = {}
+    for d in (2, 3):
+        ex = _example(result, d)
+        if ex is None:
+            continue
+        ts, z = ex
+        p = z[-1]
+        figs[f"trajectories_{d}d"] = plots.paths_with_hulls(ts, z, title=f"Thm 3.1, d = {d}, Q = K = V = I (one seed)")
+        verts = p[geometry.hull_vertices(p)]
+        dist = np.array([geometry.distance_to_vertices(zt, verts).max() for zt in z])
+        sel = (ts >= 2) & (ts <= 0.6 * ts[-1])
+        slope, icpt = np.polyfit(ts[sel], np.log(dist[sel]), 1)
+        figs[f"distance_{d}d"] = plots.distance_log(
+            ts,
+            dist,
+            ylabel="max_i distance of z_i(t) to the limit vertices",
+            title=f"d = {d}: convergence to the vertices",
+            fit=(-slope, icpt, ts[sel][0], ts[sel][-1]),
+        )
+        if d == 2:
+            counts = [clusters.cluster_count_profile(zt, [1e-3 * 5])[0] for zt in z]
+            figs["cluster_count"] = plots.counts_vs_time(ts, {"tol = 5e-3": counts}, ylabel="number of clusters", title="clusters of z(t), d = 2")
+            model = ad.Model(ad.Weights.identity(2), rescaled=True)
+            times = [0.0, 1.0, 2.0, 4.0, ts[-1]]
+            Ps = [ad.attention_matrix(model, z[np.searchsorted(ts, t)], t=t)[0].numpy() for t in times]
+            figs["attention"] = plots.attention_heatmaps(Ps, times, [lowrank.numerical_rank(P, tol=1e-8) for P in Ps], tol=1e-8, title="P(t), d = 2")
+    return figs
+
+
+def movies(result: Result, folder: Path) -> list:
+    out = []
+    for d in (2, 3):
+        ex = _example(result, d)
+        if ex is not None:
+            out.append(plots.points_movie(folder / f"polytope_{d}d.gif", *ex, title=f"Thm 3.1, d = {d}"))
+    return out

@@ -1,0 +1,12 @@
+"""The engine: weights, attention kernels, the dynamics, solvers, simulation (ODE, SDE, long horizons).
+
+Layer contract
+--------------
+Everything that moves tokens: :class:`~attndyn.Weights`, :class:`~attndyn.Model` and its vector
+field, the Runge-Kutta tableaux and step controls, :func:`~attndyn.simulate`,
+:func:`~attndyn.residual_layers`, the noisy model (``noise``) and the long-horizon integrator
+(``longtime``). Its public names are re-exported at the top (``attndyn.simulate``,
+``attndyn.Model``, ...). Typed objects in, tensors out; no I/O, no plotting, no config files.
+Imports torch, NumPy and the standard library only: nothing else of attndyn (``solvers`` knows
+nothing about attention: it integrates any ``f(t, x, args)``).
+"""

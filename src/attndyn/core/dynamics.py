@@ -1,0 +1,471 @@
+"""The vector fields: ``Model`` holds the options, ``prepare`` resolves them once, ``vector_field``
+evaluates them.
+
+Contract
+--------
+Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
+
+* default: ``x_i' = sum_h sum_j P^h_ij V_h x_j`` with ``P^h = softmax_j(beta <Q_h x_i, K_h x_j>)``
+  (eq. eq:trans_dyn; multi-head as in §1.7);
+* ``rescaled=True``: ``z_i' = sum_j P_ij V (z_j - z_i)`` with P evaluated at ``x = e^{tV} z``
+  (eq. e:Rres). ``e^{tV}`` uses the closed form ``e^{lambda t}`` when V = lambda I;
+* ``weights.ff``: ``W sigma(attention term + b)`` (eq. mlp.transfo, §1.7);
+* ``mask="causal"``: token i attends to j <= i (§5.2);
+* ``beta=math.inf``: hardmax, uniform over the argmax set (§5.3);
+* ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
+* ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
+* ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of SPEC §8.5 on the split
+  x_j = r_j theta_j, with A_j = sum_k w_jk V theta_k evaluated at the directions and
+  theta_j' = s_j^{-1} P_{theta_j} A_j: ``post`` (s = 1, r' = 0: the default, tokens on the unit
+  sphere), ``pre`` (s = r, r' = <theta, A>: x' = A), ``mix`` (post until ``scheme_tau``, then pre),
+  ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = 1 / ``scheme_alpha``,
+  r' = 0) and ``sqrt`` (s = sqrt(t + 1), r' = 0). The Peri-LN and nGPT rows follow SPEC's table,
+  which marks them as read from truncated sources. From unit tokens the radius-keeping schemes
+  (nGPT, sqrt, Mix-LN before its switch) move like Post-LN at speed c(t):
+  ``unit_sphere_field`` is that form, which ``simulate`` integrates.
+
+Combinations the mathematics does not define are rejected at construction. A ``Model`` holds
+parameters only: it has no cache, pickles small and carries no device tensors of its own.
+``prepare(model, like)`` builds the immutable :class:`Prepared` arguments once per run (weights
+cast to ``like``'s dtype and device, ``Q^T K`` when cheaper, the scalar lambda when V = lambda I,
+the plain-softmax fast path, identity factors to skip); ``vector_field(t, x, args)`` is the ``f(t, x, args)`` the solvers
+integrate. ``velocity(t, x, model)`` is the one-off convenience: it accepts NumPy arrays or
+tensors and returns the same kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import KW_ONLY, dataclass
+from typing import Literal, get_args
+
+import numpy as np
+import torch
+
+from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores
+from attndyn.core.attention import scores as _scores
+from attndyn.core.weights import Weights, as_float_tensor
+
+# Model options: defined once, reused by the config schema (attndyn.workflow.schema).
+Mask = Literal["full", "causal"]
+Geometry = Literal["euclidean", "sphere"]
+Kernel = Literal["dense", "fused"]
+Normalization = Literal["softmax", "unnormalized"]
+Scheme = Literal["post", "pre", "mix", "peri", "ngpt", "sqrt"]
+MASKS: tuple[str, ...] = get_args(Mask)
+GEOMETRIES: tuple[str, ...] = get_args(Geometry)
+ATTENTIONS: tuple[str, ...] = get_args(Kernel)
+NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
+SCHEMES: tuple[str, ...] = get_args(Scheme)
+
+
+def _choice(value, allowed, name):
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not an option; choose one of {allowed}.")
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """Self-attention dynamics with its options (see the module docstring and SPEC §1, §5).
+
+    Derive variants with ``dataclasses.replace(model, ...)``, which keeps every other option.
+    """
+
+    weights: Weights
+    _: KW_ONLY
+    beta: float = 1.0
+    mask: Mask = "full"
+    geometry: Geometry = "euclidean"
+    rescaled: bool = False
+    attention: Kernel = "dense"
+    normalization: Normalization = "softmax"
+    scheme: Scheme = "post"
+    scheme_tau: float = 1.0
+    scheme_alpha: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.weights, Weights):
+            raise TypeError(f"weights must be an attndyn.Weights, not {type(self.weights).__name__}.")
+        _choice(self.mask, MASKS, "mask")
+        _choice(self.geometry, GEOMETRIES, "geometry")
+        _choice(self.attention, ATTENTIONS, "attention")
+        _choice(self.normalization, NORMALIZATIONS, "normalization")
+        _choice(self.scheme, SCHEMES, "scheme")
+        if self.scheme != "post" and self.geometry != "sphere":
+            raise ValueError(f"scheme={self.scheme!r} is a layer-normalization scheme on the radius/direction split; it needs geometry='sphere'.")
+        for name in ("scheme_tau", "scheme_alpha"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0.")
+        if not isinstance(self.rescaled, bool):
+            raise TypeError(f"rescaled must be a bool, not {self.rescaled!r}.")
+        try:
+            beta = float(self.beta)
+        except (TypeError, ValueError):
+            raise TypeError(f"beta must be a real number, not {self.beta!r}.") from None
+        if math.isnan(beta) or beta < 0:
+            raise ValueError(f"beta={self.beta!r} is invalid; it must be >= 0 (math.inf for hardmax).")
+        object.__setattr__(self, "beta", beta)
+        if self.rescaled and self.geometry == "sphere":
+            raise ValueError("rescaled=True with geometry='sphere' is not defined: z = e^{-tV} x does not stay on the sphere.")
+        if self.rescaled and self.weights.heads > 1:
+            raise ValueError(
+                f"rescaled=True needs one value matrix V to factor out as e^{{tV}}, but the weights have "
+                f"{self.weights.heads} heads with separate V_h."
+            )
+        hard = resolve_beta(beta)[1]
+        if hard and self.normalization == "unnormalized":
+            raise ValueError("beta=inf with normalization='unnormalized' is not defined: exp(inf * score) has no limit.")
+        if self.attention == "fused" and hard:
+            raise ValueError("attention='fused' computes a softmax and has no hardmax; use attention='dense' for beta=inf.")
+        if self.attention == "fused" and self.normalization == "unnormalized":
+            raise ValueError("attention='fused' always normalizes rows; use attention='dense' for normalization='unnormalized'.")
+
+    @property
+    def hard(self) -> bool:
+        return resolve_beta(self.beta)[1]
+
+    @property
+    def weighting(self) -> Weighting:
+        """How scores become weights: ``softmax``, ``hardmax`` (beta = inf) or ``unnormalized`` (USA)."""
+        if self.hard:
+            return "hardmax"
+        return "unnormalized" if self.normalization == "unnormalized" else "softmax"
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """The resolved, device-resident arguments of :func:`vector_field` (built by :func:`prepare`).
+
+    Weights are ``(H, m, d)``/``(H, d, d)`` tensors in the state's dtype and device; ``M = Q^T K``
+    when ``m >= d`` (cheaper scores), else ``None``; ``lam`` is lambda when V = lambda I (one head),
+    else ``None``; ``scale`` is beta (1 for hardmax); ``fast`` marks the one-head dense softmax path
+    with ``M`` (fewest torch calls, for small systems). ``check`` makes every evaluation verify
+    ``e^{tV}`` and the logits eagerly (a host synchronisation; the one-off ``velocity`` sets it,
+    the solvers do not and check the state at save times instead).
+    """
+
+    Q: torch.Tensor
+    K: torch.Tensor
+    V: torch.Tensor
+    VT: torch.Tensor
+    VT_cat: torch.Tensor
+    M: torch.Tensor | None
+    W_T: torch.Tensor | None
+    b: torch.Tensor | None
+    sigma: str | None
+    bias_inside: bool
+    lam: float | None
+    scale: float
+    weighting: Weighting
+    causal: bool
+    kernel: Kernel
+    rescaled: bool
+    sphere: bool
+    scheme: str
+    scheme_tau: float
+    scheme_alpha: float
+    fast: bool
+    check: bool
+    mask: torch.Tensor | None
+    M_identity: bool
+    V_identity: bool
+    zero: torch.Tensor
+
+    @property
+    def heads(self) -> int:
+        return self.V.shape[0]
+
+
+def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepared:
+    """Resolve ``model`` for states shaped and typed like ``like`` ``(*batch, n, d)``."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
+    _check_state(like, model)
+    w = model.weights
+    dtype, device = like.dtype, like.device
+
+    def cast(t):
+        return t.to(dtype=dtype, device=device)
+
+    Q, K, V = cast(w.Q), cast(w.K), cast(w.V)
+    VT = V.transpose(-1, -2).contiguous()
+    # all heads' V^T side by side, (d, H d): one GEMM for every head's values
+    VT_cat = VT.permute(1, 0, 2).reshape(w.d, w.heads * w.d).contiguous()
+    # (x Q^T K) x^T costs less than (x Q^T)(x K^T)^T when m >= d.
+    M = (Q.transpose(-1, -2) @ K).contiguous() if w.m >= w.d else None
+    scale, hard = resolve_beta(model.beta)
+    V0 = w.V[0]
+    lam = float(V0[0, 0])
+    is_scalar = w.heads == 1 and bool(torch.equal(V0, lam * torch.eye(w.d, dtype=V0.dtype)))
+    ff = w.ff
+    n = like.shape[-2]
+    return Prepared(
+        Q=Q,
+        K=K,
+        V=V,
+        VT=VT,
+        VT_cat=VT_cat,
+        M=M,
+        W_T=None if ff is None else cast(ff.W).transpose(-1, -2).contiguous(),
+        b=None if ff is None or ff.bias is None else cast(ff.bias),
+        sigma=None if ff is None else ff.sigma,
+        bias_inside=True if ff is None else ff.bias_inside,
+        lam=lam if is_scalar else None,
+        scale=scale,
+        weighting=model.weighting,
+        causal=model.mask == "causal",
+        kernel=model.attention,
+        rescaled=model.rescaled,
+        sphere=model.geometry == "sphere",
+        scheme=model.scheme,
+        scheme_tau=float(model.scheme_tau),
+        scheme_alpha=float(model.scheme_alpha),
+        fast=w.heads == 1 and M is not None and model.attention == "dense" and model.weighting == "softmax",
+        check=check,
+        mask=causal_mask(n, device) if model.mask == "causal" else None,
+        M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
+        V_identity=is_scalar and lam == 1.0,
+        zero=torch.zeros((), dtype=dtype, device=device),
+    )
+
+
+def _check_state(x: torch.Tensor, model: Model) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch tensor, not {type(x).__name__}.")
+    if x.ndim < 2 or x.shape[-1] != model.weights.d:
+        raise ValueError(f"x must have shape (*batch, n, d) with d = {model.weights.d}; got shape {tuple(x.shape)}.")
+
+
+def score_inputs(t: float, x: torch.Tensor, args: Prepared) -> tuple[torch.Tensor, float]:
+    """Positions at which attention is evaluated, and the score scale.
+
+    For the rescaled form, attention is evaluated at ``e^{tV} z`` (SPEC §1.3). With V = lambda I the
+    factor ``e^{2 lambda t}`` is folded into the scale (a Python float, so its overflow is a clear
+    error at no device cost).
+    """
+    scale = args.scale
+    if not args.rescaled or t == 0:
+        return x, scale
+    lam = args.lam
+    if lam is not None:
+        try:
+            scale = scale * math.exp(2.0 * lam * t)
+        except OverflowError:
+            scale = math.inf
+        if not math.isfinite(scale):
+            raise FloatingPointError(f"e^(tV) overflows at t={t:g} (V = {lam:g} I): the logits beta*e^(2 lambda t) exceed float range.")
+        return x, scale
+    E = torch.linalg.matrix_exp(t * args.V[0])
+    if args.check and not bool(torch.isfinite(E).all()):
+        raise FloatingPointError(f"e^(tV) overflows at t={t:g}: the rescaled dynamics cannot be evaluated further.")
+    return x @ E.transpose(-1, -2), scale
+
+
+def _mask_for(args: Prepared, n: int, device) -> torch.Tensor:
+    m = args.mask
+    return m if m is not None and m.shape[-1] == n else causal_mask(n, device)
+
+
+def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis of fresh logits ``L`` (which it may overwrite), always with the
+    row maximum subtracted.
+
+    Many short rows (a batch of small systems, rows of at most 32) go through four plain passes,
+    which this CPU runs about 1.4x faster than ``torch.softmax``'s kernel at (32, 32, 32); every
+    other shape uses ``torch.softmax``. Overflowing logits give NaN either way.
+    """
+    if L.ndim == 3 and L.shape[0] >= 16 and L.shape[-1] <= 32 and L.device.type == "cpu":
+        P = L.sub_(L.amax(-1, keepdim=True)).exp_()  # in place: the caller's fresh logits
+        return P.mul_(P.sum(-1, keepdim=True).reciprocal_())
+    return torch.softmax(L, dim=-1)
+
+
+def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, subtract_own: bool) -> torch.Tensor:
+    """One head, dense softmax, ``m >= d``, states ``(n, d)`` or ``(B, n, d)``: the fewest torch calls.
+
+    Small systems are dominated by per-call overhead (about 3 us a call on a CPU), so the scale is
+    folded into a GEMM (``alpha``), ``P v - v`` is one ``addmm``/``baddbmm``, and identity factors
+    (``Q^T K = I``, ``V = I``) are skipped. Overflowing logits give NaN here, caught at the
+    solvers' save times.
+    """
+    batched = xb.ndim == 3
+    values = xb if args.V_identity else xb @ args.VT[0]
+    left = xq if args.M_identity else xq @ args.M[0]
+    right = xq.transpose(-1, -2)
+    if batched:
+        L = torch.baddbmm(args.zero, left, right, beta=0.0, alpha=scale)
+    else:
+        L = torch.addmm(args.zero, left, right, beta=0.0, alpha=scale)
+    if args.causal:
+        L = L.masked_fill_(_mask_for(args, L.shape[-1], L.device), -math.inf)
+    P = _softmax_rows(L)
+    if subtract_own:
+        return torch.baddbmm(values, P, values, beta=-1.0) if batched else torch.addmm(values, P, values, beta=-1.0)
+    return P @ values
+
+
+def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, *, subtract_own: bool) -> torch.Tensor:
+    """``sum_h sum_j A^h_ij V_h x_j`` with scores at ``xq`` and values at ``xb`` (``(*batch, n, d)``).
+
+    With ``subtract_own`` the own value ``V_0 x_i`` is subtracted (the rescaled form, one head).
+    """
+    if args.fast and xb.ndim <= 3:
+        return _fast_term(xq, xb, args, scale, subtract_own)
+    shape = xb.shape
+    n, d = shape[-2:]
+    xq = xq.reshape(-1, n, d)
+    xb = xb.reshape(-1, n, d)
+    heads = args.heads
+    if heads == 1:
+        values = (xb @ args.VT[0]).unsqueeze(1)
+    else:
+        values = (xb @ args.VT_cat).reshape(xb.shape[0], n, heads, d).transpose(1, 2)
+    if args.kernel == "fused":
+        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal)
+    else:
+        out = dense_attention(xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check)
+    out = out[:, 0] if heads == 1 else out.sum(1)
+    if subtract_own:
+        out = out - values[:, 0]
+    return out.reshape(shape)
+
+
+def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The vector field at time ``t`` and state ``x`` ``(*batch, n, d)``, with prepared ``args``.
+
+    See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    """
+    if args.sphere and args.scheme != "post":  # attention at the directions theta = x / r (SPEC §8.5)
+        r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        theta = x / r
+        xq, scale = score_inputs(t, theta, args)
+        out = _feed_forward(attention_term(xq, theta, args, scale, subtract_own=False), args)
+        return _scheme_velocity(t, out, theta, r, args)
+    return _plain_field(t, x, args)
+
+
+def _plain_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The field without a normalization scheme (on the sphere: Post-LN, the tangent projection at x)."""
+    xq, scale = score_inputs(t, x, args)
+    out = _feed_forward(attention_term(xq, x, args, scale, subtract_own=args.rescaled), args)
+    if args.sphere:  # the tangent projection in two passes (a dot product and one addcmul)
+        out = torch.addcmul(out, torch.linalg.vecdot(out, x).unsqueeze(-1), x, value=-1.0)
+    return out
+
+
+def _feed_forward(out: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """``W sigma(out + b)`` (or ``W sigma(out) + b``) when the model has a feed-forward layer."""
+    if args.sigma is None:
+        return out
+    b = args.b
+    if b is not None and args.bias_inside:
+        out = out + b
+    if args.sigma == "relu":
+        out = torch.relu(out)
+    elif args.sigma == "tanh":
+        out = torch.tanh(out)
+    out = out @ args.W_T
+    if b is not None and not args.bias_inside:
+        out = out + b
+    return out
+
+
+# schemes that keep every radius (r' = 0; Mix-LN until its switch) at a speed s that does not depend on the state
+RADIUS_KEEPING = ("ngpt", "sqrt", "mix")
+
+
+def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """The field :func:`attndyn.core.simulation.simulate` integrates on the sphere, where tokens start at
+    unit norm.
+
+    Under nGPT, sqrt-scaling and Mix-LN before ``scheme_tau`` every radius is constant and the
+    speed s(t) is the same for all tokens, so tokens that start on the unit sphere stay there and
+    x' = c(t) P_x A(x) with c = ``scheme_alpha``, 1 / sqrt(t + 1) and 1: c(t) times the Post-LN
+    field. The two fields differ off the sphere only, so their solutions from unit tokens are the
+    same, and this one costs a Post-LN evaluation (the radius/direction split adds three small
+    torch calls, a fifth to a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
+    ``scheme_tau`` on, use :func:`vector_field`.
+    """
+    scheme = args.scheme
+    if scheme == "ngpt":
+        c = args.scheme_alpha
+    elif scheme == "sqrt":
+        c = 1.0 / math.sqrt(t + 1.0)
+    elif scheme == "mix" and t < args.scheme_tau:
+        c = 1.0
+    else:
+        return vector_field(t, x, args)
+    out = _plain_field(t, x, args)
+    return out if c == 1.0 else out.mul_(c)
+
+
+def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Tensor, args: Prepared) -> torch.Tensor:
+    """x' = r' theta + r theta' with theta' = s^{-1} P_theta A and the r' of each scheme (SPEC §8.5 table).
+
+    Written with the fewest torch calls (small systems are per-call bound): P_theta A is a product,
+    a sum and one ``addcmul``, and the speed factor r / s one or two in-place multiplications.
+    """
+    scheme = args.scheme
+    if scheme == "mix":
+        scheme = "post" if t < args.scheme_tau else "pre"
+    if scheme == "pre":
+        return A  # r' theta + r (1/r) P A = <theta, A> theta + P A
+    if scheme == "peri":
+        return A / torch.linalg.vector_norm(A, dim=-1, keepdim=True)  # (<theta, A> theta + P A) / |A|
+    perp = torch.addcmul(A, (A * theta).sum(-1, keepdim=True), theta, value=-1.0)
+    if scheme == "post":
+        return perp.mul_(r)
+    if scheme == "ngpt":
+        return perp.mul_(r).mul_(args.scheme_alpha) if args.scheme_alpha != 1.0 else perp.mul_(r)
+    return perp.mul_(r).mul_(1.0 / math.sqrt(t + 1.0))  # sqrt-scaling
+
+
+def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray | torch.Tensor:
+    """The vector field of ``model`` at time ``t`` and state ``x`` of shape ``(*batch, n, d)``.
+
+    ``x`` may be a NumPy array (the result is then a NumPy array) or a tensor (a tensor of the
+    same dtype and device). The convenience for one-off evaluations: it prepares the model on
+    every call, and checks ``e^{tV}`` and the logits eagerly. See the module docstring for the
+    equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    """
+    is_numpy = not isinstance(x, torch.Tensor)
+    xt = as_float_tensor(x, "x") if is_numpy else x
+    args = prepare(model, xt, check=True)
+    out = vector_field(float(t), xt, args)
+    return out.numpy() if is_numpy else out
+
+
+def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
+    """Unmasked scaled scores ``(B, H, n, n)`` at state ``x`` (z for a rescaled model) and time ``t``, and x's shape."""
+    x = as_float_tensor(x, "x")
+    _check_state(x, model)
+    n, d = x.shape[-2:]
+    xb = x.reshape(-1, n, d)
+    args = prepare(model, xb, check=True)
+    xq, scale = score_inputs(float(t), xb, args)
+    return _scores(xq, args.Q, args.K, scale, args.M), tuple(x.shape)
+
+
+def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
+    """The attention matrix ``P`` of shape ``(*batch, heads, n, n)`` at state ``x`` and time ``t``.
+
+    For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
+    """
+    L, shape = _raw_scores(model, x, t)
+    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask == "causal", check=True)
+    n = shape[-2]
+    return A.reshape(*shape[:-2], model.weights.heads, n, n)
+
+
+def attention_logits(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
+    """The scaled scores ``beta <Q x_i, K x_j>`` of shape ``(*batch, heads, n, n)`` (``-inf`` where masked).
+
+    For log-domain rates (1 - P underflows long before the logits lose precision, SPEC §4.2(f)).
+    With ``beta = inf`` the unscaled scores are returned.
+    """
+    L, shape = _raw_scores(model, x, t)
+    n = shape[-2]
+    if model.mask == "causal":
+        L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
+    return L.reshape(*shape[:-2], model.weights.heads, n, n)

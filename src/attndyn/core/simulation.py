@@ -1,0 +1,267 @@
+"""Integrate a ``Model`` in time: ``simulate`` (the ODE) and ``residual_layers`` (the discrete
+Transformer of SPEC §1.4).
+
+Contract
+--------
+* ``simulate(model, x0, ts, *, solver, step, observe=None, max_steps=100_000, progress=None,
+  span=False)`` returns a :class:`Trajectory` with ``xs[k]`` the state at ``ts[k]`` (``ts[0]`` is
+  the initial time). ``span=True`` integrates in the span of x0 when d > n (same trajectory, n
+  dimensions; :func:`span_obstruction` says which models allow it, :func:`span_coordinates` gives
+  the n-dimensional coordinates themselves). Fixed-step runs require every save time on the
+  ``dt`` grid; adaptive runs shorten the step to land exactly on each save time. A batch ``x0`` of shape ``(*batch, n, d)`` is
+  integrated as one state: all members share the time steps (the adaptive error norm is the
+  maximum over members, so each meets its tolerance).
+* Raises ``FloatingPointError`` (naming the time) when a saved state is non-finite (checked at
+  the save times, so the step loop never waits on the device),
+  ``RuntimeError`` when ``max_steps`` is reached, ``ValueError`` for bad ``ts`` or ``x0``.
+* For a rescaled model the state is z = e^{-tV} x and ``xs`` holds z.
+* ``residual_layers`` iterates x^{k+1} = x^k + dt sum_j P_ij(x^k) V x_j^k; for a rescaled model
+  it iterates the exact discrete rescaling z^k = R^{-k} x^k, R = I + dt V (r:discreterescaling),
+  which is not Euler applied to the z-ODE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
+from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau, integrate
+from attndyn.core.weights import Weights, as_float_tensor, to_numpy
+
+# Unit vectors on the sphere: |x_i| = 1 to this tolerance at t0.
+SPHERE_NORM_TOL = 1e-8
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """Saved states: ``ts`` ``(T,)`` float64, ``xs`` ``(T, *batch, n, d)`` (time first, always).
+
+    ``stats`` counts ``nfev``, ``steps`` (accepted) and ``rejected``. ``observed`` holds the
+    stacked outputs of ``observe(t, x)`` at the save times, or ``None``. ``variable`` is ``"z"``
+    when ``xs`` holds rescaled tokens, ``"x"`` otherwise; ``step_size`` is the layer step of a
+    discrete (``residual_layers``) trajectory and ``None`` for an ODE solution.
+    """
+
+    ts: torch.Tensor
+    xs: torch.Tensor
+    stats: dict = field(default_factory=dict)
+    observed: torch.Tensor | None = None
+    variable: str = "x"
+    step_size: float | None = None
+
+    def numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ts, xs)`` as NumPy arrays (on the host)."""
+        return to_numpy(self.ts), to_numpy(self.xs)
+
+
+def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Validate ``x0`` against the model and convert it to a tensor (NumPy float64 stays float64)."""
+    x = as_float_tensor(x0, "x0")
+    if x.ndim < 2:
+        raise ValueError(f"x0 must have shape (*batch, n, d); got shape {tuple(x.shape)}.")
+    n, d = x.shape[-2:]
+    if n == 0 or d == 0:
+        raise ValueError(f"x0 has shape {tuple(x.shape)}; n and d must both be positive.")
+    _check_state(x, model)
+    if model.geometry == "sphere":
+        err = float((x.norm(dim=-1) - 1).abs().max())
+        if err > SPHERE_NORM_TOL:
+            raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")
+    return x
+
+
+def simulate(
+    model: Model,
+    x0: np.ndarray | torch.Tensor,
+    ts: np.ndarray | torch.Tensor | list[float],
+    *,
+    solver: Tableau,
+    step: FixedStep | AdaptiveStep,
+    observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
+    max_steps: int = 100_000,
+    progress: Callable[[float], None] | None = None,
+    span: bool = False,
+) -> Trajectory:
+    """Integrate ``model`` from ``x0`` at ``ts[0]`` and save the state at every time in ``ts``.
+
+    The attention-specific wrapper of :func:`attndyn.core.solvers.integrate`: it validates ``x0``,
+    prepares the model once for ``x0``'s dtype and device (:func:`attndyn.core.dynamics.prepare`) and
+    integrates :func:`attndyn.core.dynamics.vector_field` (for nGPT, sqrt-scaling and Mix-LN before its
+    switch, :func:`attndyn.core.dynamics.unit_sphere_field`: the same solution from the unit tokens the
+    sphere requires, at the cost of a Post-LN step).
+
+    Parameters
+    ----------
+    model : Model
+    x0 : array (*batch, n, d); a tensor keeps its dtype and device.
+    ts : increasing save times; ``ts[0]`` is the initial time.
+    solver : Tableau (``Euler()``, ``Heun()``, ``RK4()``, ``Dopri5()``)
+    step : FixedStep or AdaptiveStep (the latter needs an embedded error estimate).
+    observe : optional ``f(t, x) -> tensor`` recorded at each save time.
+    max_steps : cap on accepted + rejected steps.
+    progress : optional callback ``progress(t)`` after each accepted step.
+    span : integrate in the span of x0 when d > n (see :func:`span_obstruction`): the same
+        trajectory, at the cost of n dimensions instead of d; ``ValueError`` for a model whose
+        dynamics do not commute with rotations.
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
+    if not isinstance(solver, Tableau):
+        raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
+    x = prepare_state(model, x0)
+    if span:
+        reason = span_obstruction(model)
+        if reason is not None:
+            raise ValueError(f"span=True needs dynamics that commute with rotations; this model has {reason}.")
+        n, d = x.shape[-2:]
+        if d > n:
+            return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
+    args = prepare(model, x)
+    # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
+    field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
+    try:
+        sol = integrate(
+            field,
+            x,
+            ts,
+            args,
+            solver=solver,
+            controller=step,
+            batch_dims=x.ndim - 2,
+            observe=observe,
+            max_steps=max_steps,
+            progress=progress,
+        )
+    except FloatingPointError as err:
+        if model.rescaled and "non-finite" in str(err):
+            raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
+        raise
+    return Trajectory(
+        ts=torch.tensor(sol.ts, dtype=torch.float64),
+        xs=sol.xs,
+        stats=sol.stats,
+        observed=sol.observed,
+        variable="z" if model.rescaled else "x",
+    )
+
+
+def span_obstruction(model: Model) -> str | None:
+    """Why ``model``'s dynamics may leave the span of x0 (``None`` when they cannot).
+
+    With Q_h^T K_h = alpha_h I and V_h = mu_h I for every head and no feed-forward layer, the
+    velocity of each token is a combination of the tokens (minus a multiple of itself on the
+    sphere, or the radius/direction split of a scheme), and the scores are alpha_h <x_i, x_j>: the
+    dynamics commute with every rotation, so the rows of X(t) stay in the span of those of X(0).
+    Writing X = Y U^T with U an orthonormal basis of that span (d x n), Y follows the same model
+    in n dimensions with Q = alpha I, K = V = mu I, exactly.
+    """
+    w = model.weights
+    if w.ff is not None:
+        return "a feed-forward layer"
+    eye = torch.eye(w.d, dtype=w.Q.dtype)
+    for h in range(w.heads):
+        M = w.Q[h].transpose(0, 1) @ w.K[h]
+        if not torch.allclose(M, M[0, 0] * eye, rtol=0.0, atol=1e-14 * max(1.0, float(M.abs().max()))):
+            return f"Q^T K of head {h} not a multiple of the identity"
+        if not torch.equal(w.V[h], w.V[h][0, 0] * eye):
+            return f"V of head {h} not a multiple of the identity"
+    return None
+
+
+def span_coordinates(
+    model: Model,
+    x: torch.Tensor,
+    ts: np.ndarray | torch.Tensor | list[float],
+    *,
+    observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
+    **options,
+) -> tuple[Trajectory, torch.Tensor]:
+    """Integrate in the span of ``x`` (d > n, rotation-commuting ``model``, both checked by the
+    caller): the trajectory of the coordinates Y (n x n per member) and ``U^T`` (n x d), X = Y U^T.
+    ``observe(t, X)`` sees the full-dimensional state. Inner products, hence every
+    rotation-invariant measure, are the same for Y as for X.
+    """
+    w = model.weights
+    n = x.shape[-2]
+    # X0^T = U R (thin QR per batch member): U (..., d, n) orthonormal, X0 = R^T U^T, so Y0 = R^T
+    U, R = torch.linalg.qr(x.transpose(-1, -2), mode="reduced")
+    Ut = U.transpose(-1, -2)
+    y0 = R.transpose(-1, -2).contiguous()
+    eye = torch.eye(n, dtype=w.Q.dtype)
+    alphas = [float((w.Q[h].transpose(0, 1) @ w.K[h])[0, 0]) for h in range(w.heads)]
+    mus = [float(w.V[h][0, 0]) for h in range(w.heads)]
+    reduced = dataclasses.replace(
+        model,
+        weights=Weights(torch.stack([a * eye for a in alphas]), torch.stack([eye] * w.heads), torch.stack([m * eye for m in mus])),
+    )
+    watch = None if observe is None else (lambda t, y: observe(t, y @ Ut))
+    return simulate(reduced, y0, ts, observe=watch, **options), Ut
+
+
+def _simulate_in_span(model: Model, x: torch.Tensor, ts, **options) -> Trajectory:
+    """:func:`simulate` in the span of x0 (``span=True`` with d > n; the model already checked)."""
+    traj, Ut = span_coordinates(model, x, ts, **options)
+    return dataclasses.replace(traj, xs=traj.xs @ Ut)
+
+
+def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float) -> Trajectory:
+    """The discrete-time Transformer (SPEC §1.4, eq. e:discreteequation).
+
+    ``x^{k+1} = x^k + dt * v(x^k)`` with ``v`` the model's (non-rescaled) vector field. For a
+    rescaled model the state is ``z^k = R^{-k} x^k`` with ``R = I + dt V`` and the exact recursion
+    ``z^{k+1} = z^k + dt sum_j P_ij(R^k z^k) R^{-1} V (z_j^k - z_i^k)`` (r:discreterescaling).
+    ``ts`` of the result are ``k * dt``.
+    """
+    x = prepare_state(model, x0)
+    if not isinstance(layers, int) or layers < 0:
+        raise ValueError(f"layers={layers!r} must be a non-negative integer.")
+    dt = float(step_size)
+    if not math.isfinite(dt) or dt <= 0:
+        raise ValueError(f"step_size={step_size!r} must be a finite number > 0.")
+    saved = [x]
+    if model.rescaled:
+        if model.weights.ff is not None:
+            raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
+        V = model.weights.V[0].to(dtype=x.dtype, device=x.device)
+        d = V.shape[0]
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        R = eye + dt * V
+        if torch.linalg.matrix_rank(R) < d:
+            raise ValueError(f"R = I + dt V is singular for dt={dt:g}; the discrete rescaling needs it invertible.")
+        # The R-recursion is the attention update with value matrix R^{-1} V, scores at R^k z.
+        lifted = dataclasses.replace(
+            model,
+            weights=Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to("cpu", model.weights.V.dtype)),
+            rescaled=False,
+        )
+        args = prepare(lifted, x)
+        Rk = eye
+        for k in range(layers):
+            xk = x @ Rk.transpose(-1, -2)
+            if not bool(torch.isfinite(xk).all()):
+                raise FloatingPointError(f"R^k z overflowed at layer {k}.")
+            # velocity(x -> attention at xk) - R^{-1}V z: the non-rescaled field of `lifted`
+            # evaluated with scores at xk and values at z.
+            x = x + dt * attention_term(xk, x, args, args.scale, subtract_own=True)
+            Rk = R @ Rk
+            saved.append(x)
+    else:
+        args = prepare(model, x)
+        for k in range(layers):
+            x = x + dt * vector_field(0.0, x, args)
+            if not bool(torch.isfinite(x).all()):
+                raise FloatingPointError(f"the state became non-finite at layer {k + 1}.")
+            saved.append(x)
+    return Trajectory(
+        ts=torch.arange(layers + 1, dtype=torch.float64) * dt,
+        xs=torch.stack(saved),
+        stats={"nfev": layers, "steps": layers, "rejected": 0},
+        variable="z" if model.rescaled else "x",
+        step_size=dt,
+    )

@@ -1,0 +1,35 @@
+"""Token geometry of hidden states: how clustered, how low-rank, which tokens lead.
+
+Contract
+--------
+Pure functions of NumPy arrays (a token matrix ``(n, d)`` or an attention matrix ``(n, n)``), no
+I/O: ``mean_cosine`` (mean pairwise cosine similarity), ``effective_rank`` (the exponential of the
+entropy of the normalised singular values), ``leaders`` (the tokens whose columns receive the most
+attention: the paper's leaders, SPEC §2.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mean_cosine(x: np.ndarray) -> float:
+    u = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    G = u @ u.T
+    n = len(G)
+    return float((G.sum() - np.trace(G)) / (n * (n - 1))) if n > 1 else 1.0
+
+
+def effective_rank(x: np.ndarray) -> float:
+    """exp of the entropy of the normalized singular values of the unit-normalized (uncentred) tokens."""
+    u = x / np.linalg.norm(x, axis=-1, keepdims=True)
+    s = np.linalg.svd(u, compute_uv=False)
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def leaders(P: np.ndarray, tokens: list[str], k: int = 3) -> list[str]:
+    """The k tokens receiving the most attention (column sums of P averaged over heads)."""
+    col = P.reshape(-1, P.shape[-2], P.shape[-1]).mean(0).sum(0)
+    return [f"{tokens[j]}#{j}" for j in np.argsort(-col)[:k]]

@@ -1,0 +1,46 @@
+"""Theory: closed forms, reduced ODEs, the mean-field density solver and the named matrices.
+
+Layer contract
+--------------
+What particle runs are compared with: the closed forms and reduced ODEs of the paper's successors
+(``closed_forms``, re-exported here, so ``attndyn.theory.growth_rates`` works as before), the
+continuity equation on the circle (``meanfield``), and the matrices the paper's theorems name
+(``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
+(the mean-field solver reuses its Runge-Kutta tableaux).
+"""
+
+from attndyn.theory.closed_forms import (
+    ODE_TOL,
+    equiangular,
+    equiangular_beta0,
+    equiangular_rhs,
+    fastest_mode,
+    growth_rates,
+    k_point,
+    k_point_rhs,
+    kernel_coefficient,
+    kuramoto_order,
+    one_layer_cosine,
+    one_layer_cosine_limit,
+    pairing_cosine,
+    staircase_levels,
+    wendel,
+)
+
+__all__ = [
+    "ODE_TOL",
+    "equiangular",
+    "equiangular_beta0",
+    "equiangular_rhs",
+    "fastest_mode",
+    "growth_rates",
+    "k_point",
+    "k_point_rhs",
+    "kernel_coefficient",
+    "kuramoto_order",
+    "one_layer_cosine",
+    "one_layer_cosine_limit",
+    "pairing_cosine",
+    "staircase_levels",
+    "wendel",
+]

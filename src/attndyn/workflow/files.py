@@ -1,0 +1,108 @@
+"""Files: atomic writes, run folders, trajectories on disk.
+
+Contract
+--------
+* Every write goes to a temporary file in the destination folder, is flushed and fsync'ed, then
+  renamed over the target (``os.replace``): a crash never leaves a half-written file under the
+  final name.
+* A run folder holds ``config.json`` (the resolved config), ``trajectory.npz`` (``ts``, ``xs``,
+  ``Q``, ``K``, ``V``, optional ``W``/``bias``) and ``summary.json``, written last, so that its presence marks a
+  complete run. ``load_run`` refuses folders without it or with unreadable files (RunFolderError,
+  one line). Arrays are read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from attndyn.analysis.numerics import finite_json
+
+RUN_FILES = ("config.json", "trajectory.npz", "summary.json")
+
+
+class RunFolderError(ValueError):
+    """A run folder that is missing, incomplete or unreadable; the message is one line."""
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def write_json(path: str | Path, obj: object) -> Path:
+    return atomic_write_text(path, json.dumps(finite_json(obj), indent=2, sort_keys=False, default=_jsonable, allow_nan=False) + "\n")
+
+
+def _jsonable(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_npz(path: str | Path, **arrays) -> Path:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunFolderError(f"{path} is not readable JSON ({err.__class__.__name__})") from None
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as err:  # any decoding failure (zip, header, dtype) means an unreadable file
+        raise RunFolderError(f"{path} is not a readable .npz archive ({err.__class__.__name__})") from None
+
+
+def load_run(folder: str | Path) -> dict:
+    """Read a run folder written by ``attndyn simulate``: config, arrays and summary."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunFolderError(f"run folder {str(folder)!r} does not exist")
+    missing = [name for name in RUN_FILES if not (folder / name).is_file()]
+    if missing:
+        raise RunFolderError(f"run folder {str(folder)!r} is incomplete: missing {', '.join(missing)}")
+    run = {
+        "config": read_json(folder / "config.json"),
+        "arrays": read_npz(folder / "trajectory.npz"),
+        "summary": read_json(folder / "summary.json"),
+    }
+    for key in ("ts", "xs", "Q", "K", "V"):
+        if key not in run["arrays"]:
+            raise RunFolderError(f"{folder / 'trajectory.npz'} lacks the array {key!r}")
+    ts, xs = run["arrays"]["ts"], run["arrays"]["xs"]
+    if xs.ndim < 3 or xs.shape[0] != ts.shape[0]:
+        raise RunFolderError(f"{folder / 'trajectory.npz'}: xs has shape {xs.shape} but ts has {ts.shape}")
+    return run

@@ -1,0 +1,97 @@
+"""Sweep measures: functions ``(ts, xs, model, options) -> array`` of one integrated system.
+
+Contract
+--------
+:data:`MEASURES` maps the built-in names to their functions; :func:`measure_function` resolves a
+name, or ``"package.module:function"`` (imported where it is called, on the workers). Measures over
+time return one value per save; ``BATCHED_MEASURES`` also accept a batch of systems at once, and
+``INNER_PRODUCT_MEASURES`` need only inner products (so a task may read them off span coordinates).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from attndyn.core.dynamics import Model
+from attndyn.workflow.schema import SweepError
+
+
+def _cosines(x: np.ndarray) -> np.ndarray:
+    """Pairwise cosines ``(..., n, n)`` of the tokens ``(..., n, d)``."""
+    u = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-300)
+    return u @ np.swapaxes(u, -1, -2)
+
+
+def pair_fraction(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
+    """Fraction of pairs i < j with cos(x_i, x_j) >= ``pair_threshold`` at every save time: ``(T,)``."""
+    n = xs.shape[-2]
+    iu = np.triu_indices(n, 1)
+    return (_cosines(xs)[..., iu[0], iu[1]] >= options["pair_threshold"]).mean(-1)
+
+
+def energy(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
+    """Normalised energy (1/n^2) sum_ij e^{beta (cos(x_i, x_j) - 1)} at every save time (SPEC §8.4): ``(T,)``."""
+    beta = model.beta if math.isfinite(model.beta) else 1.0
+    return np.exp(beta * (_cosines(xs) - 1.0)).mean((-1, -2))
+
+
+# measures over time written for any leading axes: a batch (T, B, n, d) gives (T, B) in one call
+BATCHED_MEASURES = {"pair_fraction", "energy"}
+
+
+# measures of the tokens' inner products only: the same on the span coordinates Y as on X = Y U^T
+INNER_PRODUCT_MEASURES = {"pair_fraction", "energy", "time_to_one_cluster"}
+
+
+def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
+    """First save time at which every pair has cos >= ``pair_threshold`` (NaN if never)."""
+    done = pair_fraction(ts, xs, model, options) >= 1.0
+    return float(ts[np.argmax(done)]) if done.any() else float("nan")
+
+
+def cluster_count(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
+    """Clusters at the last save time: the count stable over the widest range of tolerances above
+    ``cluster_tol`` (absolute; tokens closer than it are one cluster, so a collapsed system counts 1)."""
+    from attndyn.analysis.clusters import stable_cluster_count
+
+    x = xs[-1]
+    diameter = 2 * float(np.max(np.linalg.norm(x - x.mean(0), axis=1)))
+    if diameter <= options["cluster_tol"]:
+        return 1.0
+    return float(stable_cluster_count(x, rel_min=options["cluster_tol"] / diameter).count)
+
+
+def boolean_distance(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
+    """Distance of the last attention matrix (head 0) to the nearest Boolean matrix."""
+    from attndyn.analysis.lowrank import boolean_distance as distance
+    from attndyn.core.dynamics import attention_matrix
+    from attndyn.core.weights import to_numpy
+
+    P = to_numpy(attention_matrix(model, xs[-1], t=float(ts[-1])))[0]
+    return float(distance(P))
+
+
+MEASURES: dict[str, Callable] = {
+    "pair_fraction": pair_fraction,
+    "energy": energy,
+    "time_to_one_cluster": time_to_one_cluster,
+    "cluster_count": cluster_count,
+    "boolean_distance": boolean_distance,
+}
+
+
+def measure_function(name: str) -> Callable:
+    """A measure by name, or ``package.module:function`` (imported here, on the worker)."""
+    if name in MEASURES:
+        return MEASURES[name]
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise SweepError(f"measure {name!r} cannot be imported: {err}") from None
+    raise SweepError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (or 'package.module:function')")

@@ -1,0 +1,527 @@
+"""Figures (matplotlib, Agg backend). The only module that imports matplotlib.
+
+Contract
+--------
+Functions take NumPy arrays and return a ``matplotlib.figure.Figure``; ``save(fig, path)`` writes
+it atomically as PNG and closes it. No LaTeX is needed; every axis is labelled.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from attndyn.workflow.files import atomic_write_bytes
+
+# Applied inside each figure function (matplotlib.rc_context), never to the global rcParams: a
+# library import must not change its host's matplotlib state. Figures are plain ``Figure``
+# objects (no pyplot, no backend switch), rendered by Agg when saved.
+# Okabe-Ito: a qualitative palette that stays distinguishable under the common colour-vision
+# deficiencies (sequential data uses viridis, which is too).
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+STYLE = {
+    "font.size": 11,
+    "font.family": "DejaVu Sans",
+    "axes.titlesize": 12,
+    "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO),
+    "figure.dpi": 100,
+    "svg.hashsalt": "attndyn",  # deterministic SVG ids
+}
+
+
+def styled(fn: Callable) -> Callable:
+    """Run a figure function under the module's style."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(STYLE):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure(figsize) -> Figure:
+    return Figure(figsize=figsize, dpi=STYLE["figure.dpi"])
+
+
+def _subplots(*grid, figsize, **kwargs):
+    fig = _figure(figsize)
+    return fig, fig.subplots(*grid, **kwargs)
+
+
+def _cmap(name: str):
+    return matplotlib.colormaps[name]
+
+
+def save(fig: Figure, path: str | Path, *, dpi: int = 120, vector: bool = True) -> Path:
+    """Write ``fig`` as PNG at ``path`` and, with ``vector``, as SVG next to it (same stem), atomically.
+
+    Returns the PNG's path. Dense artists (images, meshes) stay raster inside the SVG.
+    """
+    path = Path(path)
+    with matplotlib.rc_context(STYLE):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+        atomic_write_bytes(path, buf.getvalue())
+        if vector:
+            # the tight box of the PNG (in inches), so the SVG does not lay the figure out twice more
+            box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+            buf = io.BytesIO()
+            fig.savefig(buf, format="svg", bbox_inches=box, metadata={"Date": None})
+            atomic_write_bytes(path.with_suffix(".svg"), buf.getvalue())
+    return path
+
+
+def principal_axes(points: np.ndarray, k: int = 2) -> np.ndarray:
+    """The top-``k`` principal directions (columns) of a point cloud ``(N, d)``."""
+    centered = points - points.mean(0)
+    _, _, vt = np.linalg.svd(centered, full_matrices=False)
+    return vt[:k].T
+
+
+@styled
+def trajectories(ts: np.ndarray, xs: np.ndarray, *, title: str = "", variable: str = "x") -> Figure:
+    """Token paths: ``xs`` of shape ``(T, n, d)`` (a batch shows its first member).
+
+    d = 1: coordinate against time; d = 2, 3: paths in space (start o, end filled); d > 3: paths
+    in the first two principal components of all visited points.
+    """
+    xs = np.asarray(xs)
+    while xs.ndim > 3:
+        xs = xs[:, 0]
+    T, n, d = xs.shape
+    colors = _cmap("viridis")(np.linspace(0, 0.9, n))
+    if d == 1:
+        fig, ax = _subplots(figsize=(6, 4))
+        for i in range(n):
+            ax.plot(ts, xs[:, i, 0], color=colors[i], lw=1)
+        ax.set_xlabel("t")
+        ax.set_ylabel(f"{variable}_i(t)")
+    elif d == 3:
+        fig = _figure(figsize=(6, 5))
+        ax = fig.add_subplot(projection="3d")
+        for i in range(n):
+            ax.plot(xs[:, i, 0], xs[:, i, 1], xs[:, i, 2], color=colors[i], lw=1)
+        ax.scatter(*xs[0].T, facecolors="none", edgecolors="gray", s=18, label=f"t = {ts[0]:.3g}")
+        ax.scatter(*xs[-1].T, color="#D55E00", s=18, label=f"t = {ts[-1]:.3g}")
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        ax.set_zlabel(f"{variable}[2]")
+        ax.legend(loc="upper left", fontsize=9)
+    else:
+        if d == 2:
+            pts, labels = xs, (f"{variable}[0]", f"{variable}[1]")
+        else:
+            axes = principal_axes(xs.reshape(-1, d))
+            pts, labels = (xs - xs.reshape(-1, d).mean(0)) @ axes, ("principal component 1", "principal component 2")
+        fig, ax = _subplots(figsize=(5.5, 5))
+        for i in range(n):
+            ax.plot(pts[:, i, 0], pts[:, i, 1], color=colors[i], lw=1)
+        ax.scatter(pts[0, :, 0], pts[0, :, 1], facecolors="none", edgecolors="gray", s=20, label=f"t = {ts[0]:.3g}")
+        ax.scatter(pts[-1, :, 0], pts[-1, :, 1], color="#D55E00", s=20, zorder=3, label=f"t = {ts[-1]:.3g}")
+        ax.set_xlabel(labels[0])
+        ax.set_ylabel(labels[1])
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(loc="best", fontsize=9)
+    ax.set_title(title or f"{n} tokens, d = {d}")
+    return fig
+
+
+def _hull_polygon(points: np.ndarray):
+    """Vertices of the 2-D convex hull in order (for drawing), or None when degenerate."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(points)
+    except (QhullError, ValueError):
+        return None
+    return points[np.r_[hull.vertices, hull.vertices[0]]]
+
+
+def _hull_edges_3d(points: np.ndarray):
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        hull = ConvexHull(points)
+    except (QhullError, ValueError):
+        return []
+    return [points[np.r_[s, s[0]]] for s in hull.simplices]
+
+
+@styled
+def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: str = "z", limit_points: np.ndarray | None = None) -> Figure:
+    """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the limit polytope (solid)."""
+    zs = np.asarray(zs)
+    d = zs.shape[-1]
+    final = np.asarray(limit_points) if limit_points is not None else zs[-1]
+    colors = _cmap("viridis")(np.linspace(0, 0.9, zs.shape[1]))
+    if d == 2:
+        fig, ax = _subplots(figsize=(5.5, 5))
+        for i in range(zs.shape[1]):
+            ax.plot(zs[:, i, 0], zs[:, i, 1], color=colors[i], lw=0.9)
+        for poly, style, label in ((_hull_polygon(zs[0]), "--", "initial hull"), (_hull_polygon(final), "-", "limit polytope")):
+            if poly is not None:
+                ax.plot(poly[:, 0], poly[:, 1], style, color="black" if style == "-" else "gray", lw=1.2, label=label)
+        ax.scatter(zs[0, :, 0], zs[0, :, 1], facecolors="none", edgecolors="gray", s=16)
+        ax.scatter(zs[-1, :, 0], zs[-1, :, 1], color="#D55E00", s=18, zorder=3, label=f"t = {ts[-1]:.3g}")
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        fig = _figure(figsize=(6, 5.5))
+        ax = fig.add_subplot(projection="3d")
+        for i in range(zs.shape[1]):
+            ax.plot(zs[:, i, 0], zs[:, i, 1], zs[:, i, 2], color=colors[i], lw=0.8)
+        for e in _hull_edges_3d(final):
+            ax.plot(e[:, 0], e[:, 1], e[:, 2], color="black", lw=0.6)
+        ax.scatter(*zs[-1].T, color="#D55E00", s=14)
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        ax.set_zlabel(f"{variable}[2]")
+    ax.set_title(title)
+    return fig
+
+
+@styled
+def coordinates_vs_time(ts: np.ndarray, c: np.ndarray, *, levels: dict, ylabel: str, title: str) -> Figure:
+    """Scalar coordinates c_i(t) (``(T, n)``) against t, with horizontal reference lines."""
+    fig, ax = _subplots(figsize=(6.5, 4))
+    c = np.asarray(c)
+    colors = _cmap("viridis")(np.linspace(0, 0.9, c.shape[1]))
+    for i in range(c.shape[1]):
+        ax.plot(ts, c[:, i], color=colors[i], lw=0.9)
+    for name, value in levels.items():
+        ax.axhline(value, color="#D55E00", ls="--", lw=1)
+        # a level named by its own value ("0", "1") is labelled once, not "0 = 0"
+        label = name if name == f"{value:.4g}" else f"{name} = {value:.4g}"
+        ax.annotate(label, (ts[-1], value), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=9, color="#D55E00")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig
+
+
+@styled
+def attention_heatmaps(Ps: list[np.ndarray], times: np.ndarray, ranks: list[int], *, tol: float, title: str) -> Figure:
+    """P at several times, each titled with its numerical rank at the explicit tolerance."""
+    k = len(Ps)
+    fig, axes = _subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
+    for ax, P, t, r in zip(axes[0], Ps, times, ranks, strict=True):
+        ax.imshow(P, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(f"t = {t:.3g}, rank = {r}", fontsize=10)
+        ax.set_xlabel("j (attended)")
+        ax.set_ylabel("i")
+    fig.suptitle(f"{title} (rank: singular values > {tol:g})", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def distance_log(ts: np.ndarray, dist: np.ndarray, *, ylabel: str, title: str, fit: dict | None = None, floor: float = 1e-300) -> Figure:
+    """A distance on a log scale against t, with an optional fitted exponential rate."""
+    fig, ax = _subplots(figsize=(6, 4))
+    dist = np.asarray(dist, float)
+    ok = dist > floor
+    ax.semilogy(np.asarray(ts)[ok], dist[ok], color="#0072B2", lw=1.5, label="measured")
+    if fit is not None:
+        rate, intercept, t0, t1 = fit
+        tt = np.linspace(t0, t1, 50)
+        ax.semilogy(tt, np.exp(intercept - rate * tt), "--", color="#D55E00", lw=1.5, label=f"fit: C e^(-{rate:.3f} t)")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=9)
+    return fig
+
+
+@styled
+def counts_vs_time(ts: np.ndarray, counts: dict, *, ylabel: str, title: str, logx: bool = False) -> Figure:
+    """Cluster counts (or other integer series) against t; ``counts`` maps a label to a series."""
+    fig, ax = _subplots(figsize=(6, 4))
+    for label, series in counts.items():
+        ax.step(ts, series, where="post", lw=1.4, label=label)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(counts) > 1:
+        ax.legend(fontsize=8)
+    return fig
+
+
+@styled
+def loglog(ts: np.ndarray, series: dict, *, ylabel: str, title: str, slopes: dict | None = None) -> Figure:
+    fig, ax = _subplots(figsize=(6, 4))
+    for label, y in series.items():
+        ax.loglog(ts, y, lw=1.5, label=label)
+    for label, (t, y) in (slopes or {}).items():
+        ax.loglog(t, y, "--", lw=1, color="gray", label=label)
+    ax.set_xlabel("t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+@styled
+def eigen_coordinates(ts: np.ndarray, coords: np.ndarray, eigenvalues: np.ndarray, *, title: str) -> Figure:
+    """Coordinates of the tokens along the eigen-directions of a symmetric V (high-dimensional figure).
+
+    Left: directions with positive eigenvalue (the conjecture predicts convergence), mean +- std over
+    tokens, split by the sign of the final value. Right: directions with negative eigenvalue
+    (repulsive in z), symlog scale.
+    """
+    coords = np.asarray(coords)  # (T, n, d)
+    eigenvalues = np.asarray(eigenvalues)
+    fig, (a1, a2) = _subplots(1, 2, figsize=(11, 4))
+    pos = np.flatnonzero(eigenvalues > 0)
+    neg = np.flatnonzero(eigenvalues < 0)
+    for k in pos[np.argsort(-eigenvalues[pos])][:6]:
+        c = coords[:, :, k]
+        for sign, style in ((1, "-"), (-1, "--")):
+            sel = np.sign(c[-1]) == sign
+            if sel.any():
+                m, s = c[:, sel].mean(1), c[:, sel].std(1)
+                a1.plot(ts, m, style, lw=1.2, label=f"lambda = {eigenvalues[k]:.2f}, final {'> 0' if sign > 0 else '< 0'}")
+                a1.fill_between(ts, m - s, m + s, alpha=0.15)
+    a1.set_xlabel("t")
+    a1.set_ylabel("coordinate of z_i along eigenvector")
+    a1.set_title("positive eigenvalues (6 largest)")
+    a1.legend(fontsize=7)
+    for k in neg[np.argsort(eigenvalues[neg])][:6]:
+        a2.plot(ts, coords[:, :, k].mean(1), lw=1.2, label=f"lambda = {eigenvalues[k]:.2f} (mean over tokens)")
+    a2.set_yscale("symlog")
+    a2.set_xlabel("t")
+    a2.set_ylabel("coordinate (symlog)")
+    a2.set_title("negative eigenvalues (6 most negative)")
+    a2.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def write_gif(
+    path: str | Path, setup: Callable, update: Callable, n_frames: int, *, figsize: tuple[float, float] = (4.5, 4.5), fps: int = 8, dpi: int = 72
+) -> Path:
+    """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
+
+    Artists are created once and updated per frame (rebuilding axes per frame is ~10x slower).
+    """
+    import tempfile
+
+    from matplotlib.animation import PillowWriter
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = _figure(figsize=figsize)
+    state = setup(fig)
+    writer = PillowWriter(fps=fps)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        tmp_file = Path(tmp) / path.name
+        with writer.saving(fig, str(tmp_file), dpi):
+            for k in range(n_frames):
+                update(state, k)
+                writer.grab_frame()
+        atomic_write_bytes(path, tmp_file.read_bytes())
+    return path
+
+
+def frame_indices(T: int, n_frames: int = 30) -> np.ndarray:
+    return np.unique(np.linspace(0, T - 1, min(n_frames, T)).round().astype(int))
+
+
+@styled
+def points_movie(path: str | Path, ts: np.ndarray, zs: np.ndarray, *, title: str, variable: str = "z") -> Path:
+    """Tokens moving in 2-D or 3-D (with the current convex hull in 2-D)."""
+    zs = np.asarray(zs)
+    idx = frame_indices(len(ts))
+    d = zs.shape[-1]
+    lo, hi = zs.min((0, 1)), zs.max((0, 1))
+    pad = 0.05 * (hi - lo + 1e-12)
+
+    def setup(fig):
+        if d == 2:
+            ax = fig.add_subplot()
+            (hull,) = ax.plot([], [], color="gray", lw=1)
+            pts = ax.scatter(zs[0, :, 0], zs[0, :, 1], color="#D55E00", s=14)
+            ax.set_xlim(lo[0] - pad[0], hi[0] + pad[0])
+            ax.set_ylim(lo[1] - pad[1], hi[1] + pad[1])
+            ax.set_aspect("equal", adjustable="box")
+        else:
+            ax = fig.add_subplot(projection="3d")
+            hull = None
+            pts = ax.scatter(*zs[0, :, :3].T, color="#D55E00", s=10)
+            ax.set_xlim(lo[0], hi[0])
+            ax.set_ylim(lo[1], hi[1])
+            ax.set_zlim(lo[2], hi[2])
+            ax.set_zlabel(f"{variable}[2]")
+        ax.set_xlabel(f"{variable}[0]")
+        ax.set_ylabel(f"{variable}[1]")
+        return ax, hull, pts
+
+    def update(state, k):
+        ax, hull, pts = state
+        z = zs[idx[k]]
+        if d == 2:
+            pts.set_offsets(z)
+            poly = _hull_polygon(z)
+            hull.set_data(*(poly.T if poly is not None else ([], [])))
+        else:
+            pts._offsets3d = (z[:, 0], z[:, 1], z[:, 2])
+        ax.set_title(f"{title}, t = {ts[idx[k]]:.2f}", fontsize=10)
+
+    return write_gif(path, setup, update, len(idx))
+
+
+@styled
+def heatmap_movie(path: str | Path, ts: np.ndarray, Ps: list[np.ndarray], ranks: list[int], *, tol: float, title: str) -> Path:
+    idx = frame_indices(len(ts))
+
+    def setup(fig):
+        ax = fig.add_subplot()
+        im = ax.imshow(Ps[0], cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_xlabel("j (attended)")
+        ax.set_ylabel("i")
+        return ax, im
+
+    def update(state, k):
+        ax, im = state
+        im.set_data(Ps[idx[k]])
+        ax.set_title(f"{title}\nt = {ts[idx[k]]:.2f}, rank = {ranks[idx[k]]} (tol {tol:g})", fontsize=9)
+
+    return write_gif(path, setup, update, len(idx))
+
+
+@styled
+def eigenvalue_grid(eigs: list, labels: list[str], *, title: str, cols: int = 4) -> Figure:
+    """Eigenvalues in the complex plane, one panel per head (as in the paper's ALBERT figure)."""
+    k = len(eigs)
+    rows = math.ceil(k / cols)
+    fig, axes = _subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
+    for ax in axes.flat[k:]:
+        ax.axis("off")
+    for ax, w, label in zip(axes.flat, eigs, labels, strict=False):
+        w = np.asarray(w)
+        ax.scatter(w.real, w.imag, s=8, color="#0072B2")
+        if len(w):
+            top = w[np.argmax(np.abs(w))]
+            ax.scatter([top.real], [top.imag], s=30, facecolors="none", edgecolors="#D55E00")
+        ax.axhline(0, color="gray", lw=0.5)
+        ax.axvline(0, color="gray", lw=0.5)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("Re", fontsize=8)
+        ax.set_ylabel("Im", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def curves(
+    x: np.ndarray,
+    series: dict,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    points: dict | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    hlines: dict | None = None,
+) -> Figure:
+    """Lines ``series`` (label -> y over ``x``, or label -> (x, y) for a line with its own abscissae)
+    and markers ``points`` (label -> (x, y)); optional reference levels ``hlines`` (label -> y)."""
+    fig, ax = _subplots(figsize=(6, 4))
+    colors = OKABE_ITO
+    for k, (label, y) in enumerate(series.items()):
+        lx, ly = y if isinstance(y, tuple) else (x, y)
+        ax.plot(lx, ly, lw=1.5, label=label, color=colors[k % len(colors)])
+    markers = "os^vDx+*"
+    for k, (label, (px, py)) in enumerate((points or {}).items()):
+        ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % len(colors)])
+    for label, y in (hlines or {}).items():
+        ax.axhline(y, color="gray", ls=":", lw=1)
+        ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="bottom")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+@styled
+def density_map(ts: np.ndarray, theta: np.ndarray, rho: np.ndarray, *, title: str) -> Figure:
+    """A density rho(theta, t) on the circle as an image over (t, theta), with a log colour scale."""
+    from matplotlib.colors import LogNorm
+
+    fig, ax = _subplots(figsize=(6.5, 4))
+    floor = max(float(rho[rho > 0].min()) if (rho > 0).any() else 1e-12, float(rho.max()) * 1e-6)
+    image = ax.pcolormesh(ts, theta, np.clip(rho.T, floor, None), shading="nearest", cmap=_cmap("viridis"), norm=LogNorm(floor, float(rho.max())))
+    fig.colorbar(image, ax=ax, label="density rho(theta, t)")
+    ax.set_xlabel("t")
+    ax.set_ylabel("theta (rad)")
+    ax.set_title(title)
+    return fig
+
+
+@styled
+def density_movie(path: str | Path, ts: np.ndarray, theta: np.ndarray, rho: np.ndarray, *, title: str) -> Path:
+    """The density on the circle, one frame per save time (at most 30 frames)."""
+    frames = frame_indices(len(ts))
+    top = float(rho.max()) * 1.05
+
+    def setup(fig):
+        ax = fig.subplots()
+        (line,) = ax.plot(theta, rho[0], lw=1.5)
+        ax.set_xlim(0, 2 * math.pi)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("theta (rad)")
+        ax.set_ylabel("density")
+        return ax, line
+
+    def update(state, k):
+        ax, line = state
+        line.set_ydata(rho[frames[k]])
+        ax.set_title(f"{title}, t = {ts[frames[k]]:.3g}", fontsize=10)
+
+    return write_gif(path, setup, update, len(frames), figsize=(5.5, 3.5))
+
+
+@styled
+def grid_heatmap(
+    x: np.ndarray, y: np.ndarray, values: np.ndarray, *, xlabel: str, ylabel: str, label: str, title: str = "", curve: dict | None = None
+) -> Figure:
+    """``values`` ``(len(y), len(x))`` as a heat map over two sweep axes, with optional overlaid curves (label -> (x, y))."""
+    fig, ax = _subplots(figsize=(6.5, 4.2))
+    numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in (x, y)]
+    xs = np.asarray(x, dtype=float) if numeric[0] else np.arange(len(x))
+    ys = np.asarray(y, dtype=float) if numeric[1] else np.arange(len(y))
+    image = ax.pcolormesh(xs, ys, np.asarray(values, dtype=float), shading="nearest", cmap=_cmap("viridis"))
+    fig.colorbar(image, ax=ax, label=label)
+    if not numeric[0]:
+        ax.set_xticks(xs, [str(v) for v in x])
+    if not numeric[1]:
+        ax.set_yticks(ys, [str(v) for v in y])
+    for k, (name, (cx, cy)) in enumerate((curve or {}).items()):
+        ax.plot(cx, cy, "--", color=["white", "#D55E00", "#E69F00"][k % 3], lw=1.5, label=name)
+    if curve:
+        ax.legend(fontsize=8, loc="upper left")
+        ax.set_ylim(ys.min(), ys.max())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
+    return fig

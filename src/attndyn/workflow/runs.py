@@ -1,0 +1,154 @@
+"""One simulation run as a library unit: the run folder's writer and reader (edge: files).
+
+Contract
+--------
+``execute(config) -> Run`` builds a :class:`~attndyn.workflow.schema.SimulationConfig` (see
+:mod:`attndyn.workflow.schema`) and integrates it; ``write(run, folder)`` writes the run folder
+(``config.json``, ``trajectory.npz``, ``trajectory.png``, then ``summary.json`` last: its presence
+marks a complete folder); ``read(folder) -> Run`` reads one back, refusing incomplete or
+inconsistent folders with :class:`~attndyn.workflow.files.RunFolderError`. ``Run`` is a typed record: the
+resolved config, the model, ``ts``/``xs`` (host float64 NumPy), the solver statistics and the wall
+time. The CLI's ``simulate`` and ``analyze`` only parse arguments and print. :func:`integrate`
+runs a built config with the integrator its solver section names (the ODE, the noisy SDE, or the
+long-horizon sphere integrator); sweeps use it for the points they do not batch.
+
+Random draws (``attndyn.workflow.setup.rng_for``) come from one stream per role (x0, Q, K, V, the
+feed-forward W, the noise of the noisy model), each derived from the seed by
+``numpy.random.SeedSequence(seed, spawn_key=(role,))``: changing n or d changes the initial state
+only, not the weights drawn for another role.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from attndyn.core.dynamics import Model
+from attndyn.core.weights import FeedForward, Weights, to_numpy
+from attndyn.workflow.files import RunFolderError, load_run, write_json, write_npz
+from attndyn.workflow.schema import SimulationConfig
+from attndyn.workflow.setup import Setup, build
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished simulation: resolved config, model, save times ``ts`` ``(T,)``, states ``xs`` ``(T, ..., n, d)``."""
+
+    config: dict
+    model: Model
+    ts: np.ndarray
+    xs: np.ndarray
+    stats: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    version: str = ""
+
+    @property
+    def variable(self) -> str:
+        return "z" if self.model.rescaled else "x"
+
+
+def execute(config: SimulationConfig, *, progress: Callable[[float], None] | None = None) -> Run:
+    """Build and integrate ``config``; raises ConfigError (bad config) or RuntimeError/FloatingPointError (a failed run)."""
+    from attndyn import __version__
+
+    setup = build(config)
+    start = time.perf_counter()
+    ts, xs, stats = integrate(setup, progress=progress)
+    wall = time.perf_counter() - start
+    return Run(config.model_dump(mode="json"), setup.model, ts, xs, stats, wall, __version__)
+
+
+def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Integrate a built config with the integrator its solver section names: ``(ts, xs, stats)``.
+
+    ``ode``: :func:`attndyn.simulate` (``x0`` may carry batch dimensions); ``sde``: the noisy model
+    by projected Euler-Maruyama, seeded by the config's ``noise`` stream; ``long``:
+    :func:`attndyn.simulate_long` (stats add the merge count).
+    """
+    from attndyn.core.simulation import simulate
+
+    if setup.kind == "sde":
+        from attndyn.core.noise import simulate_sde
+
+        ts, xs = simulate_sde(setup.model, setup.x0, setup.ts, kappa=setup.kappa, dt=setup.step.dt, seed=setup.noise_seed)
+        steps = round(float(ts[-1]) / setup.step.dt)
+        return ts, xs, {"nfev": steps, "steps": steps, "rejected": 0}
+    if setup.kind == "long":
+        from attndyn.core.longtime import simulate_long
+
+        traj = simulate_long(setup.model, setup.x0, setup.ts, rtol=setup.step.rtol, atol=setup.step.atol, max_steps=setup.max_steps)
+        stats = {k: int(traj.stats[k]) for k in ("nfev", "steps", "rejected")}
+        return traj.ts, traj.xs, {**stats, "merges": len(traj.merges)}
+    traj = simulate(setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress)
+    ts, xs = traj.numpy()
+    return ts, xs, dict(traj.stats)
+
+
+def write(run: Run, folder: str | Path) -> Path:
+    """Write ``run`` as a run folder (summary.json last); returns the folder."""
+    from attndyn.workflow import plots
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"{str(folder)!r} exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").unlink(missing_ok=True)
+    write_json(folder / "config.json", run.config)
+    w = run.model.weights
+    arrays = {"ts": run.ts, "xs": run.xs, "Q": to_numpy(w.Q), "K": to_numpy(w.K), "V": to_numpy(w.V)}
+    if w.ff is not None:
+        arrays["W"] = to_numpy(w.ff.W)
+        if w.ff.bias is not None:
+            arrays["bias"] = to_numpy(w.ff.bias)
+    write_npz(folder / "trajectory.npz", **arrays)
+    n, d = run.config["n"], run.config["d"]
+    plots.save(
+        plots.trajectories(run.ts, run.xs, variable=run.variable, title=f"{n} tokens, d = {d}, {run.variable}-form"), folder / "trajectory.png"
+    )
+    write_json(
+        folder / "summary.json",
+        {
+            "version": run.version,
+            "seed": run.config["seed"],
+            "stats": run.stats,
+            "wall_seconds": round(run.wall_seconds, 4),
+            "n": n,
+            "d": d,
+            "t1": float(run.ts[-1]),
+            "saves": len(run.ts),
+            "variable": run.variable,
+        },
+    )
+    return folder
+
+
+def model_of(config: dict, arrays: dict) -> Model:
+    """The Model of a run folder from its resolved config and stored weights."""
+    ff = None
+    spec = config.get("weights", {}).get("feedforward")
+    if spec is not None:
+        ff = FeedForward(arrays["W"], spec["sigma"], arrays.get("bias"), spec.get("bias_inside", True))
+    return Model(Weights(arrays["Q"], arrays["K"], arrays["V"], ff), **config["model"])
+
+
+def read(folder: str | Path) -> Run:
+    """Read a complete run folder back; raises RunFolderError (one line) otherwise."""
+    raw = load_run(folder)
+    try:
+        model = model_of(raw["config"], raw["arrays"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunFolderError(f"run folder {str(folder)!r}: its config and weights do not make a model ({err})") from None
+    summary = raw["summary"]
+    return Run(
+        raw["config"],
+        model,
+        raw["arrays"]["ts"],
+        raw["arrays"]["xs"],
+        summary.get("stats", {}),
+        summary.get("wall_seconds", 0.0),
+        summary.get("version", ""),
+    )

@@ -1,0 +1,237 @@
+"""The schema of config files: TOML -> pydantic models (unknown keys rejected), one-line errors.
+
+Contract
+--------
+``load_config(path)`` reads a TOML file into :class:`SimulationConfig` and
+``load_meanfield_config(path)`` into :class:`MeanFieldConfig`; every problem (a missing file, bad
+TOML, an unknown key, a value of the wrong type or range) raises :class:`ConfigError` with one
+readable line naming the key. Validation only: turning a config into library objects is
+:mod:`attndyn.workflow.setup`.
+
+Matrix specs (``kind``): ``identity``, ``scaled_identity`` (``scale``), ``diagonal``
+(``diag``), ``matrix`` (``values``: ``(m, d)`` for every head or ``(heads, m, d)``), ``random``
+(``dist`` = ``gaussian`` N(0, scale^2), ``uniform`` U[-scale, scale], ``goe`` (G + G^T)/2 with
+G ~ N(0, scale^2), ``bbt`` B B^T with B ~ U[-scale, scale]; ``m`` rows for Q and K).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from attndyn.core.dynamics import Geometry, Kernel, Mask, Normalization, Scheme
+from attndyn.core.solvers import SolverName
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MatrixSpec(Strict):
+    kind: Literal["identity", "scaled_identity", "diagonal", "matrix", "random"] = "identity"
+    scale: float = 1.0
+    diag: list[float] | None = None
+    values: list | None = None
+    dist: Literal["gaussian", "uniform", "goe", "bbt"] | None = None
+    m: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self):
+        needs = {"diagonal": "diag", "matrix": "values", "random": "dist"}
+        if self.kind in needs and getattr(self, needs[self.kind]) is None:
+            raise ValueError(f"kind = {self.kind!r} needs the key {needs[self.kind]!r}")
+        for key in ("diag", "values", "dist"):
+            if getattr(self, key) is not None and needs.get(self.kind) != key:
+                raise ValueError(f"key {key!r} does not apply to kind = {self.kind!r}")
+        if self.m is not None and self.kind != "random":
+            raise ValueError("key 'm' applies only to kind = 'random'")
+        if not math.isfinite(self.scale):
+            raise ValueError(f"scale = {self.scale} must be finite")
+        return self
+
+
+class FeedForwardSpec(Strict):
+    W: MatrixSpec = MatrixSpec()
+    sigma: Literal["relu", "tanh", "identity"] = "identity"
+    bias: list[float] | None = None
+    bias_inside: bool = True
+
+
+class WeightsSpec(Strict):
+    heads: int = Field(default=1, ge=1)
+    Q: MatrixSpec = MatrixSpec()
+    K: MatrixSpec = MatrixSpec()
+    V: MatrixSpec = MatrixSpec()
+    feedforward: FeedForwardSpec | None = None
+
+
+class InitSpec(Strict):
+    kind: Literal["uniform", "gaussian", "sphere", "array"] = "uniform"
+    low: float = -1.0
+    high: float = 1.0
+    std: float = Field(default=1.0, gt=0)
+    values: list[list[float]] | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "array" and self.values is None:
+            raise ValueError("init kind = 'array' needs the key 'values'")
+        if self.kind != "array" and self.values is not None:
+            raise ValueError(f"key 'values' does not apply to init kind = {self.kind!r}")
+        if self.kind == "uniform" and not self.low < self.high:
+            raise ValueError(f"init low = {self.low} must be below high = {self.high}")
+        return self
+
+
+class ModelSpec(Strict):
+    beta: float = Field(default=1.0, ge=0)
+    mask: Mask = "full"
+    geometry: Geometry = "euclidean"
+    rescaled: bool = False
+    attention: Kernel = "dense"
+    normalization: Normalization = "softmax"
+    scheme: Scheme = "post"
+    scheme_tau: float = Field(default=1.0, gt=0)
+    scheme_alpha: float = Field(default=1.0, gt=0)
+
+
+class SolverSpec(Strict):
+    """``method``: an explicit Runge-Kutta tableau, or ``long`` (:func:`attndyn.simulate_long`, the
+    sphere model over exponentially long horizons; adaptive). ``kappa``: the noisy model of SPEC §8.7
+    (projected Euler-Maruyama, ``method = "euler"`` with ``dt``). Save times: ``save_every``,
+    ``save_times``, or ``save_log`` (0 and that many times spaced geometrically from 1e-2 to t1)."""
+
+    method: SolverName | Literal["long"] = "rk4"
+    dt: float | None = Field(default=None, gt=0)
+    rtol: float | None = Field(default=None, gt=0)
+    atol: float | None = Field(default=None, gt=0)
+    t1: float = Field(gt=0)
+    save_every: float | None = Field(default=None, gt=0)
+    save_times: list[float] | None = None
+    save_log: int | None = Field(default=None, ge=2)
+    kappa: float | None = Field(default=None, gt=0)
+    max_steps: int = Field(default=1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self):
+        adaptive = self.rtol is not None or self.atol is not None
+        if adaptive and self.dt is not None:
+            raise ValueError("give either dt (fixed step) or rtol and atol (adaptive), not both")
+        if adaptive and (self.rtol is None or self.atol is None):
+            raise ValueError("adaptive stepping needs both rtol and atol")
+        if not adaptive and self.dt is None:
+            raise ValueError("give dt (fixed step) or rtol and atol (adaptive)")
+        if adaptive and self.method not in ("dopri5", "long"):
+            raise ValueError(f"method = {self.method!r} has no error estimate; adaptive stepping needs 'dopri5'")
+        if self.method == "long" and not adaptive:
+            raise ValueError("method = 'long' chooses its own steps: give rtol and atol, not dt")
+        if self.kappa is not None and (self.method != "euler" or self.dt is None):
+            raise ValueError("solver.kappa (the noisy model) is integrated by projected Euler-Maruyama: use method = 'euler' with dt")
+        if sum(v is not None for v in (self.save_every, self.save_times, self.save_log)) > 1:
+            raise ValueError("give one of save_every, save_times and save_log")
+        if self.save_log is not None and self.dt is not None:
+            raise ValueError("save_log times are not on a dt grid: use adaptive steps (rtol and atol) with save_log")
+        if self.save_log is not None and self.t1 <= 1e-2:
+            raise ValueError(f"save_log spaces times from 1e-2 to t1; t1 = {self.t1} must be larger")
+        return self
+
+
+DType = Literal["float64", "float32"]
+
+
+class SimulationConfig(Strict):
+    seed: int
+    n: int = Field(ge=1)
+    d: int = Field(ge=1)
+    # Where and in what precision the state is integrated. Random draws are made in float64 NumPy
+    # on the host first, so a seed gives the same system on every device.
+    device: str = "cpu"
+    dtype: DType = "float64"
+    init: InitSpec = InitSpec()
+    weights: WeightsSpec = WeightsSpec()
+    model: ModelSpec = ModelSpec()
+    solver: SolverSpec
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is one readable line."""
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{loc}: {msg}{more}"
+
+
+def parse_config(data: dict) -> SimulationConfig:
+    try:
+        return SimulationConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def read_toml(path: str | Path) -> dict:
+    """The table of a TOML file; raises ConfigError (one line) when it is missing or not TOML."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+
+
+def load_config(path: str | Path) -> SimulationConfig:
+    """Read and validate a TOML config; raises ConfigError with one line on any problem."""
+    return parse_config(read_toml(path))
+
+
+class MeanFieldConfig(Strict):
+    """A mean-field run on the circle (SPEC §8.8): the solver's options and the initial density.
+
+    ``init`` holds ``kind`` (``uniform``, ``wrapped-cauchy``, ``von-mises``, ``samples`` or
+    ``values``) and that kind's parameters (see :func:`attndyn.theory.meanfield.initial_density`;
+    ``values`` lists the density on the M grid points itself and must have mass 1).
+    """
+
+    beta: float = Field(ge=0)
+    usa: bool = False
+    M: int | None = Field(default=None, ge=8)
+    method: Literal["spectral", "finite-volume"] = "spectral"
+    t1: float = Field(gt=0)
+    save_every: float = Field(gt=0)
+    rtol: float = Field(default=1e-10, gt=0)
+    atol: float = Field(default=1e-12, gt=0)
+    cfl: float = Field(default=0.4, gt=0, le=0.5)
+    init: dict
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not math.isfinite(self.beta):
+            raise ValueError(f"beta = {self.beta} must be finite")
+        kind = self.init.get("kind")
+        if kind is None:
+            raise ValueError("init needs a 'kind'")
+        if kind != "values" and self.M is None:
+            raise ValueError(f"M (the number of grid points) is required for init.kind = {kind!r}")
+        if self.save_every > self.t1:
+            raise ValueError(f"save_every = {self.save_every} exceeds t1 = {self.t1}")
+        return self
+
+
+def load_meanfield_config(path: str | Path) -> MeanFieldConfig:
+    """Read and validate a mean-field TOML config; raises ConfigError with one line on any problem."""
+    try:
+        return MeanFieldConfig.model_validate(read_toml(path))
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run (bad file, changed file on an existing folder); the message is one line."""

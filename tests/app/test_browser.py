@@ -1,0 +1,155 @@
+"""The report pages in a real browser: headless system Chromium through Playwright (issue 12).
+
+Skips with one line when Playwright or a Chromium is missing (``.ci/run`` installs the Debian
+package ``chromium``). Playwright is pointed at that executable and never downloads a browser.
+"""
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from attndyn.app import browser, report
+from attndyn.claims import EXPERIMENTS, load
+from attndyn.claims.runner import run_claim
+from tests.tiny_claims import tiny_config
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+if browser.find_chromium() is None:
+    pytest.skip("no Chromium on this machine (Debian package 'chromium'); the browser tests need one", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+CLAIMS = ["model-equivalence", "leaders", "hardmax", "long-context", "high-dimensional"]
+
+
+@pytest.fixture(scope="module")
+def claims_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    for cid in CLAIMS:
+        run_claim(cid, load(cid), out / "runs" / cid, seed=0, quick=True, config=tiny_config(cid))
+    report.build(out, list(EXPERIMENTS))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pw():
+    with sync_api.sync_playwright() as p:
+        chromium = browser.launch(p)
+        yield chromium
+        chromium.close()
+
+
+def open_page(pw, path: Path, width=1400, height=900):
+    page = pw.new_page(viewport={"width": width, "height": height})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    failed = []
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, errors, failed
+
+
+def assert_page_is_whole(page, root: Path, errors, failed):
+    assert errors == [], errors
+    assert failed == [], failed
+    broken = page.evaluate("Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+    assert broken == []
+    assert page.evaluate("document.images.length") > 0
+    for href in page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href'))"):
+        if href.startswith("#"):
+            assert page.evaluate("id => document.getElementById(id) !== null", unquote(href[1:])), href
+            continue
+        url = urlparse(href)
+        assert url.scheme in ("", "file"), f"external link {href}: the page must open offline"
+        assert (root / unquote(url.path)).is_file(), href
+    external = page.evaluate("Array.from(document.querySelectorAll('[src]')).map(e => e.getAttribute('src')).filter(s => /^https?:/.test(s))")
+    assert external == []
+
+
+def test_report_loads_without_errors_or_broken_images_or_links(pw, claims_report):
+    page, errors, failed = open_page(pw, claims_report / "index.html")
+    assert_page_is_whole(page, claims_report, errors, failed)
+    page.close()
+
+
+def test_every_claim_has_a_card_with_its_verdict_and_a_picture(pw, claims_report):
+    data = json.loads((claims_report / "results.json").read_text())
+    page, _, _ = open_page(pw, claims_report / "index.html")
+    assert page.locator(".card").count() == len(data["claims"]) == len(CLAIMS)
+    for claim in data["claims"]:
+        card = page.locator(f"#card-{claim['id']}")
+        assert card.get_attribute("data-verdict") == claim["verdict"]
+        assert card.locator(".badge").inner_text() == claim["verdict"]
+        assert card.locator("img").count() == 1
+        assert card.is_visible()
+    # the first screen (1400 x 900) shows the grid with pictures
+    first = page.locator(".card").first.bounding_box()
+    assert first["y"] + first["height"] < 900
+    page.close()
+
+
+def test_the_filters_show_only_the_chosen_verdict_and_kind(pw, claims_report):
+    data = json.loads((claims_report / "results.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    page, errors, _ = open_page(pw, claims_report / "index.html")
+    for verdict in ("report", "pass", "fail"):
+        page.click(f"button[data-group=verdict][data-value='{verdict}']")
+        visible = [cid for cid in verdicts if page.locator(f"#card-{cid}").is_visible()]
+        assert visible == [cid for cid, v in verdicts.items() if v == verdict], verdict
+        assert page.locator("#shown").inner_text() == str(len(visible))
+    page.click("button[data-group=verdict][data-value='all']")
+    page.click("button[data-group=kind][data-value='report']")
+    kinds = {cid: load(cid).CLAIM.kind for cid in verdicts}
+    visible = [cid for cid in verdicts if page.locator(f"#card-{cid}").is_visible()]
+    assert visible == [cid for cid, k in kinds.items() if k == "report"]
+    page.click("button[data-group=kind][data-value='all']")
+    assert all(page.locator(f"#card-{cid}").is_visible() for cid in verdicts)
+    assert errors == []
+    page.close()
+
+
+def test_a_card_opens_its_section(pw, claims_report):
+    page, _, _ = open_page(pw, claims_report / "index.html")
+    section = page.locator("details.claim#hardmax")
+    assert section.evaluate("d => d.open") is False
+    page.click("#card-hardmax h3 a")
+    page.wait_for_function("document.getElementById('hardmax').open === true")
+    assert section.locator("table").first.is_visible()
+    assert section.locator("figure img").first.is_visible()
+    page.close()
+
+
+def test_report_command_writes_the_preview_of_the_first_screen(claims_report):
+    # in a subprocess: Playwright's sync API cannot start a second instance inside this module's
+    (claims_report / "preview.png").unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, "-m", "attndyn", "report", str(claims_report)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    head = (claims_report / "preview.png").read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", head[16:24]) == (1400, 900)
+
+
+@pytest.mark.checkpoint
+def test_checkpoint_page_loads_whole(pw, minilm_checkpoint_page):
+    code, output, out = minilm_checkpoint_page
+    assert code == 0, output
+    page, errors, failed = open_page(pw, out / "index.html")
+    assert_page_is_whole(page, out, errors, failed)
+    assert page.locator("h1").count() == 1
+    page.close()
+
+
+def test_chromium_is_the_system_one_or_the_one_named(monkeypatch, tmp_path):
+    assert Path(browser.find_chromium()).is_file()
+    assert browser.find_chromium() in {shutil.which(n) for n in browser.CANDIDATES}
+    monkeypatch.setenv("ATTNDYN_CHROMIUM", str(tmp_path / "nowhere"))
+    assert browser.find_chromium() is None
+    with pytest.raises(browser.BrowserUnavailable, match="no Chromium"):
+        browser.screenshot(tmp_path / "x.html", tmp_path / "x.png")

@@ -1,0 +1,119 @@
+"""Every claim at a reduced size passes its own checks; the reproduce/report pipeline (issue 4)."""
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from attndyn.app.cli import app
+from attndyn.claims import EXPERIMENTS, load
+from tests.tiny_claims import SLOW, TINY, tiny_result
+
+
+def test_tiny_configs_cover_every_claim():
+    assert set(TINY) == set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("claim_id", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in EXPERIMENTS])
+def test_claim_at_reduced_size(claim_id):
+    module = load(claim_id)
+    if hasattr(module, "available") and not module.available()[0]:
+        pytest.skip(module.available()[1])
+    assert module.CLAIM.id == claim_id
+    result = tiny_result(claim_id)
+    assert result.checks
+    failed = {name: c for name, c in result.checks.items() if c.passed is False}
+    assert not failed, f"{claim_id}: {failed}"
+    if module.CLAIM.kind == "pass/fail":
+        assert result.verdict == "pass"
+    else:
+        assert result.verdict == "report"
+    for c in result.checks.values():
+        assert c.value == c.value  # not NaN
+
+
+def test_config_rejects_unknown_keys_and_needs_a_seed():
+    module = load("polytope")
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        module.Config(seed=0, dimz=[2])
+    with pytest.raises(ValueError, match="seed"):
+        module.Config()
+
+
+runner = CliRunner()
+
+
+def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
+    out = tmp_path / "rep"
+    result = runner.invoke(app, ["reproduce", "model-equivalence", "hardmax", "--quick", "--out", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text()
+    refs = re.findall(r'(?:src|href)="([^"#]+)"', page)
+    assert refs, "the page shows figures"
+    for ref in refs:
+        assert (out / ref).is_file(), ref
+    data = json.loads((out / "results.json").read_text())
+    assert set(data) == {"version", "quick", "seed", "claims"}
+    assert data["quick"] is True
+    assert data["seed"] == 3
+    assert [c["id"] for c in data["claims"]] == ["model-equivalence", "hardmax"]
+    for claim in data["claims"]:
+        assert set(claim) == {"id", "paper_ref", "verdict", "checks", "params", "seconds"}
+        assert claim["verdict"] in ("pass", "fail", "report")
+        for check in claim["checks"]:
+            assert set(check) == {"name", "value", "threshold", "passed", "n_judged"}
+            if check["passed"] is not None:
+                assert check["n_judged"] >= 1
+    # rebuild without recomputing gives the same JSON
+    before = (out / "results.json").read_text()
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    assert (out / "results.json").read_text() == before
+
+
+def test_report_refuses_half_written_run_folders(tmp_path):
+    out = tmp_path / "rep"
+    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0
+    (out / "index.html").unlink()
+    (out / "runs" / "hardmax" / "summary.json").unlink()  # as if the run was interrupted
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 2
+    assert "incomplete" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (out / "index.html").exists()
+
+
+def test_report_refuses_corrupted_json(tmp_path):
+    out = tmp_path / "rep"
+    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0
+    (out / "index.html").unlink()
+    (out / "runs" / "hardmax" / "result.json").write_text('{"id": "hard')
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 2
+    assert "corrupted" in result.output
+    assert not (out / "index.html").exists()
+
+
+def test_unavailable_claim_is_listed_as_skipped(tmp_path, monkeypatch):
+    module = load("trained-spectra")
+    monkeypatch.setattr(module, "available", lambda: (False, "the package is not installed"))
+    out = tmp_path / "rep"
+    result = runner.invoke(app, ["reproduce", "trained-spectra", "hardmax", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert [c["verdict"] for c in data["claims"]] == ["pass", "skipped"]
+    assert "the package is not installed" in (out / "index.html").read_text()
+
+
+def test_unknown_claim_exits_2_with_the_valid_ids(tmp_path):
+    result = runner.invoke(app, ["reproduce", "polytop", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "polytop" in result.output
+    assert "polytope-subspace" in result.output
+
+
+def test_list_shows_every_claim():
+    result = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    for cid in EXPERIMENTS:
+        assert cid in result.output

@@ -1,0 +1,709 @@
+"""Verdicts that can fail (issue 8).
+
+Every judged check of a claim that separates its checks from its simulation (``judge(arrays,
+config)``) is fed a violating input built from a real reduced-size run, and must fail; a check
+over zero cases fails; ``attndyn judge`` agrees with ``reproduce`` and catches tampering.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attndyn.analysis import geometry
+from attndyn.app.cli import app
+from attndyn.claims import EXPERIMENTS, load
+from attndyn.claims.common import at_most, every, every_within, within
+from attndyn.claims.runner import judge_folder, run_claim
+from attndyn.theory import closed_forms as theory
+from tests.tiny_claims import tiny_config, tiny_result
+
+JUDGED = [cid for cid in EXPERIMENTS if hasattr(load(cid), "judge")]
+runner = CliRunner()
+
+
+def judged(claim_id: str, arrays: dict) -> dict:
+    checks, _ = load(claim_id).judge(arrays, tiny_config(claim_id))
+    return checks
+
+
+def copy_arrays(claim_id: str) -> dict:
+    return {k: np.array(v, copy=True) for k, v in tiny_result(claim_id).arrays.items()}
+
+
+def failing(checks: dict, prefix: str) -> bool:
+    """The one check whose name starts with ``prefix`` was judged and failed."""
+    hits = [c for name, c in checks.items() if name.startswith(prefix)]
+    assert len(hits) == 1, (prefix, list(checks))
+    return hits[0].passed is False
+
+
+# --- the check helpers ---------------------------------------------------------------------------
+
+
+def test_a_check_over_zero_cases_fails():
+    for c in (every([]), every_within([], 0, 1), at_most(0.0, 1.0, n=0), within(float("nan"), 0, 1)):
+        assert c.passed is False
+        assert c.n_judged == 0 or c.value != c.value
+    ok = every([True, True])
+    assert ok.passed is True
+    assert ok.n_judged == 2
+    bad = every([True, False, False])
+    assert bad.passed is False
+    assert bad.value == 2
+
+
+def test_every_within_reports_the_worst_value():
+    c = every_within([0.5, 0.52, 0.71], 0.4, 0.6)
+    assert c.passed is False
+    assert c.value == 0.71
+    assert c.n_judged == 3
+
+
+@pytest.mark.parametrize("claim_id", JUDGED)
+def test_judge_of_the_saved_arrays_reproduces_the_run(claim_id):
+    result = tiny_result(claim_id)
+    again = judged(claim_id, result.arrays)
+    assert list(again) == list(result.checks)
+    for name, c in result.checks.items():
+        assert again[name].passed == c.passed, name
+        assert again[name].n_judged == c.n_judged, name
+        if c.passed is not None:
+            assert c.n_judged >= 1, name
+    if load(claim_id).CLAIM.kind == "pass/fail":
+        assert result.verdict == "pass"
+
+
+@pytest.mark.parametrize("claim_id", JUDGED)
+def test_no_cases_means_failure(claim_id):
+    """With the per-case arrays removed, nothing is judged and nothing passes."""
+    if load(claim_id).CLAIM.kind != "pass/fail":
+        pytest.skip("report claims judge nothing")
+    arrays = copy_arrays(claim_id)
+    cases = {k: v for k, v in arrays.items() if not k[-1].isdigit()}
+    if len(cases) == len(arrays):
+        pytest.skip("this claim has no numbered cases to remove")
+    try:
+        checks = judged(claim_id, cases)
+    except (KeyError, ValueError, IndexError):
+        return  # the claim refuses data without cases: also not a pass
+    assert all(c.passed is not True for c in checks.values() if c.n_judged is not None and c.n_judged == 0)
+    assert any(c.passed is False for c in checks.values())
+
+
+# --- polytope -----------------------------------------------------------------------------------
+
+
+def test_polytope_checks_fail_on_violations():
+    cid = "polytope"
+    base = copy_arrays(cid)
+    ts, z = base["ts0"], base["z0"]
+
+    a = copy_arrays(cid)
+    a["z0"][-3:, 0] *= 1.05  # the hull grows at the end
+    assert failing(judged(cid, a), "(a) hull")
+
+    a = copy_arrays(cid)
+    a["z0"][len(ts) // 2, 0, 0] = 3 * np.abs(z[0, 0]).max()  # a token leaves conv{z(0)}
+    assert failing(judged(cid, a), "(b) z_i(t) in conv")
+
+    a = copy_arrays(cid)
+    keep = ts <= 2.0  # an unconverged run: T too short
+    a["ts0"], a["z0"] = ts[keep], z[keep]
+    checks = judged(cid, a)
+    assert failing(checks, "(c)")
+    assert failing(checks, "(e) P(T) Boolean")
+
+    a = copy_arrays(cid)
+    p = a["z0"][-1, 0]
+    a["z0"][-1, 0, 0] = 0.5 * p.mean(0) + 0.5 * p[0]  # token 0 pulled off its vertex into the interior
+    checks = judged(cid, a)
+    assert failing(checks, "(d) S-equation")
+    assert failing(checks, "(d) limit in dK")
+
+    a = copy_arrays(cid)
+    p = a["z0"][-1, 0]
+    verts = p[geometry.hull_vertices(p)]
+    a["z0"][-1, 0, 0] = 0.5 * (verts[0] + verts[1])  # token 0 halfway between two vertices
+    assert failing(judged(cid, a), "(e) leader")
+
+
+# --- collapse -----------------------------------------------------------------------------------
+
+
+def test_collapse_checks_fail_on_violations():
+    cid = "collapse"
+    ts = copy_arrays(cid)["ts"]
+
+    a = copy_arrays(cid)
+    a["x0"][ts >= 160, 0] *= 0.5  # the decay from t = 40 to 160 is twice too fast for one seed
+    checks = judged(cid, a)
+    assert failing(checks, "max|x(4t)|")
+    assert failing(checks, "max|P - 1/n|")  # |P - 1/n| ~ |x|^2: its ratio drops to about 1/16
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0] *= 1.5  # max |x_i| jumps up at the end
+    assert failing(judged(cid, a), "max_i |x_i| non-increasing")
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0] = a["x0"][0, 0]  # the final state replaced by the initial one
+    checks = judged(cid, a)
+    assert failing(checks, "conclusion: max_i |x_i(T)|")
+    assert failing(checks, "conclusion: max |P(T) - 1/n|")
+
+
+# --- hyperplanes --------------------------------------------------------------------------------
+
+
+def _case(arrays, name):
+    return next(k for k in range(20) if f"name{k}" in arrays and str(arrays[f"name{k}"]) == name)
+
+
+def test_hyperplanes_checks_fail_on_violations():
+    cid = "hyperplanes"
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    a[f"V{k}"] = np.array([[0.5, -1.0], [1.0, 0.5]])  # a complex-leading V is not a good triple
+    assert failing(judged(cid, a), "good triples classified")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    _, _, phi = geometry.left_eigenvector(a[f"V{k}"])
+    c = a[f"z{k}"] @ geometry.left_eigenvector(a[f"V{k}"])[0]
+    top = int(np.argmax(c[-1, 0]))
+    a[f"z{k}"][-3:, 0, top] += 0.5 * phi / (geometry.left_eigenvector(a[f"V{k}"])[0] @ phi)  # max_j c_j increases
+    assert failing(judged(cid, a), "(a)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    keep = a[f"ts{k}"] <= 2.0  # unconverged
+    a[f"ts{k}"], a[f"z{k}"] = a[f"ts{k}"][keep], a[f"z{k}"][keep]
+    assert failing(judged(cid, a), "(b)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    a[f"V{k}"] = a[f"V{k}"].T  # phi_1 used in place of phi_1*: the coordinates are not the invariant ones
+    checks = judged(cid, a)
+    assert failing(checks, "(c)") or failing(checks, "(d)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "V2")
+    phi_star, _, phi = geometry.left_eigenvector(a[f"V{k}"])
+    n = a[f"z{k}"].shape[2]
+    a[f"z{k}"][-1, 0] += np.outer(np.linspace(-3, 3, n), phi / (phi_star @ phi))  # spread over many levels
+    checks = judged(cid, a)
+    assert failing(checks, "(c)")
+    assert failing(checks, "(d)")
+
+    a = copy_arrays(cid)
+    k = _case(a, "real-nonneg2")
+    a[f"z{k}"][-1, 0] *= 100  # unbounded z although every eigenvalue is real and >= 0
+    assert failing(judged(cid, a), "c:bounded")
+
+    a = copy_arrays(cid)
+    a["nottoo_x"] = a["nottoo_x"] * np.exp(0.5 * a["nottoo_ts"])[:, None, None]  # x grows faster than e^{|lambda_k| t}
+    assert failing(judged(cid, a), "l:nottoofassst")
+
+
+def test_hyperplanes_boundedness_always_judges_something():
+    checks = tiny_result("hyperplanes").checks
+    c = next(c for name, c in checks.items() if name.startswith("c:bounded"))
+    assert c.n_judged >= 1
+
+
+# --- negative control ---------------------------------------------------------------------------
+
+
+def test_negative_control_checks_fail_on_violations():
+    cid = "hyperplanes-negative-control"
+
+    a = copy_arrays(cid)
+    a["V"] = np.array([[0.64709742, 0.81911926], [0.61210449, 0.63263484]])  # the paper's V2: a good triple
+    a["QK"] = np.eye(2)
+    assert failing(judged(cid, a), "regime()")
+
+    a = copy_arrays(cid)
+    ts = a["ts"]
+    half = np.searchsorted(ts, ts[-1] / 2)
+    a["z"][half + 1 :] = a["z"][half]  # converged after T/2: movement decays to 0
+    assert failing(judged(cid, a), "movement over [T-1, T]")
+
+    a = copy_arrays(cid)
+    a["z"][:] = a["z"][0]  # nothing moves
+    assert failing(judged(cid, a), "movement over [T/2-1, T/2]")
+
+
+# --- sphere -------------------------------------------------------------------------------------
+
+
+def test_sphere_checks_fail_on_violations():
+    cid = "sphere"
+    result = tiny_result(cid)
+    split = result.info["beta=4 split at T"]["seeds"]
+    assert split, "the reduced size keeps beta = 4 seeds that are still split at T = 300"
+
+    a = copy_arrays(cid)
+    a["b1_x"][-1, 0] = a["b1_x"][0, 0]  # beta = 1: the final state replaced by the initial one
+    assert failing(judged(cid, a), "beta = 1: every seed")
+
+    a = copy_arrays(cid)
+    a["b4_x"][:, 0] = a["b4_x"][0, 0]  # beta = 4: one seed never clusters
+    assert failing(judged(cid, a), "beta = 4: every seed in one cluster")
+
+    a = copy_arrays(cid)
+    ts = a["b4_ts"]
+    k = np.searchsorted(ts, 300.0)
+    s = split[0]
+    rng = np.random.default_rng(0)
+    x = a["b4_x"][k, s] + 1e-4 * rng.normal(size=a["b4_x"][k, s].shape)
+    a["b4_x"][k, s] = x / np.linalg.norm(x, axis=-1, keepdims=True)  # clusters not tight
+    assert failing(judged(cid, a), "beta = 4, seeds split at T = 300: k >= 2")
+
+    a = copy_arrays(cid)
+    k2 = np.searchsorted(ts, 600.0)
+    R = np.array([[np.cos(1e-4), -np.sin(1e-4), 0], [np.sin(1e-4), np.cos(1e-4), 0], [0, 0, 1]])
+    a["b4_x"][k + 1 : k2 + 1, s] = a["b4_x"][k + 1 : k2 + 1, s] @ R.T  # centres off the reduced ODE by 1e-4
+    assert failing(judged(cid, a), "beta = 4, seeds split at T: cluster centres")
+
+    for flow in ("sa", "usa"):
+        a = copy_arrays(cid)
+        a[f"energy_{flow}_x"] = a[f"energy_{flow}_x"][::-1].copy()  # time reversed: the energy decreases
+        assert failing(judged(cid, a), f"E_beta non-decreasing along {flow.upper()}")
+
+        a = copy_arrays(cid)
+        a[f"orth_{flow}_x"][-1] = np.linalg.qr(np.random.default_rng(1).normal(size=a[f"orth_{flow}_x"][-1].shape))[0]
+        assert failing(judged(cid, a), f"orthogonal start ({flow.upper()}")
+
+    a = copy_arrays(cid)
+    a["hemi_ts"] = a["hemi_ts"] * 1.2  # the same run read 20 % slower: rate 2 / 1.2
+    assert failing(judged(cid, a), "hemisphere")
+
+
+# --- attndyn judge ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim_id", ["polytope", "collapse", "hyperplanes-negative-control"])
+def test_judge_command_agrees_with_reproduce_and_catches_tampering(tmp_path, claim_id):
+    folder = tmp_path / claim_id
+    record = run_claim(claim_id, load(claim_id), folder, seed=0, quick=True, config=tiny_config(claim_id))
+    again = judge_folder(folder)
+    assert again["verdict"] == record["verdict"] == "pass"
+    for c in record["checks"]:
+        assert again["checks"][c["name"]].value == pytest.approx(c["value"], nan_ok=True)
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 0, result.output
+    # tamper: replace the final states by earlier ones (for the negative control, whose claim is that
+    # the tokens keep moving, freeze them after T/2)
+    with np.load(folder / "arrays.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    for key, value in arrays.items():
+        if key[0] in "xz" and value.ndim >= 3 and value.shape[0] > 2:
+            if claim_id == "hyperplanes-negative-control":
+                value[len(value) // 2 :] = value[len(value) // 2]
+            else:
+                value[-1] = value[1]
+    np.savez(folder / "arrays.npz", **arrays)
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 1, result.output
+    assert "the recorded verdict was 'pass'; judged again from the saved data it is 'fail'" in " ".join(result.output.split())
+
+
+def test_judge_refuses_incomplete_or_foreign_folders(tmp_path):
+    result = runner.invoke(app, ["judge", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "summary.json" in result.output
+    folder = tmp_path / "collapse"
+    run_claim("collapse", load("collapse"), folder, seed=0, quick=True, config=tiny_config("collapse"))
+    (folder / "arrays.npz").write_bytes(b"not an npz")
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 2
+    assert "arrays.npz" in result.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["id"] == "collapse"
+
+
+# --- boolean-1d ---------------------------------------------------------------------------------
+
+
+def test_boolean_1d_checks_fail_on_violations(monkeypatch):
+    cid = "boolean-1d"
+    base = copy_arrays(cid)
+    k = next(j for j in range(20) if f"vq{j}" in base and tuple(base[f"vq{j}"]) == (1.0, 1.0))
+    ts, z = base[f"ts{k}"], base[f"z{k}"]
+    order = np.argsort(z[0, 0, :, 0])
+    lo, hi = order[0], order[-1]
+
+    a = copy_arrays(cid)
+    keep = ts <= 2.0  # unconverged: P is not yet Boolean
+    a[f"ts{k}"], a[f"z{k}"] = ts[keep], z[keep]
+    checks = judged(cid, a)
+    assert failing(checks, "(a)")
+    assert failing(checks, "(c)")
+    assert failing(checks, "(e) z_i of unbounded")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0, [lo, hi]] = a[f"z{k}"][-1, 0, [hi, lo]]  # the extreme tokens swap places at the end
+    checks = judged(cid, a)
+    assert failing(checks, "(b)")
+    assert failing(checks, "(d) order")
+
+    a = copy_arrays(cid)
+    i, j = order[1], order[2]
+    zz = a[f"z{k}"][-1, 0, :, 0]
+    zz[j] = zz[i] + 0.9 * (zz[j] - zz[i])  # two tokens move closer at the end (v = q = 1)
+    assert failing(judged(cid, a), "(d) l:distnondec")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0] *= 1.01  # z has not converged
+    assert failing(judged(cid, a), "(e) z_i of unbounded")
+
+    a = copy_arrays(cid)
+    a[f"z{k}"][-1, 0, order[1:3]] = 1e-5  # two tokens stay near 0
+    assert failing(judged(cid, a), "(e) l:onlyone")
+
+    # (f) on rows whose -log(1 - P) grows 20 % slower than e^{v t}, and on the true rate
+    from attndyn.claims.boolean_1d import row_rate_slopes
+
+    window = np.linspace(8, 14, 13)
+    slow = 3.0 * np.exp(0.8 * window)[:, None] * np.ones((1, 4))
+    assert every_within(row_rate_slopes(window, slow, 1.0), 0.9, 2.1).passed is False
+    assert every_within(row_rate_slopes(window, slow**1.25, 1.0), 0.9, 2.1).passed is True
+    # and through judge: rows whose fitted rates come out 20 % low (0.8 v in place of v)
+    from attndyn.claims import boolean_1d
+
+    real = boolean_1d.row_rate_slopes
+    monkeypatch.setattr(boolean_1d, "row_rate_slopes", lambda *args: [0.8 * r for r in real(*args)])
+    assert failing(judged(cid, copy_arrays(cid)), "(f)")
+
+
+# --- polytope-subspace --------------------------------------------------------------------------
+
+
+def test_polytope_subspace_checks_fail_on_violations():
+    cid = "polytope-subspace"
+    base = copy_arrays(cid)
+    V = base["V0"]
+    e_F = np.eye(len(V))[0]  # V = diag(1, 1, -0.5): F is spanned by e_1, e_2
+
+    a = copy_arrays(cid)
+    a["z0"][-2:, 0] += 2.0 * e_F * np.abs(a["z0"][:, 0, :, 0]).max()  # the F-hull grows at the end
+    assert failing(judged(cid, a), "conv{pi_F z_i}")
+
+    a = copy_arrays(cid)
+    f_final = a["z0"][-1, 0, :, :2]
+    a["z0"][-1, 0, 0, :2] = 0.5 * (f_final.mean(0) + f_final[0])  # token 0's F-part pulled into the interior
+    assert failing(judged(cid, a), "pi_F z_i(T) within 1e-3 of the boundary")
+
+
+# --- model-equivalence --------------------------------------------------------------------------
+
+
+def test_model_equivalence_checks_fail_on_violations(monkeypatch):
+    cid = "model-equivalence"
+    cases = {
+        "M1 |x(t) - e^{tV} z(t)|": lambda a: a["tz"][-1].__iadd__(1e-3),
+        "M1 |P_x(t) - P_z(t)|": lambda a: a["tz"][-1].__imul__(1.5),
+        "M2 R^k z^k = x^k, dt = 0.5": lambda a: a["m2_z_0.5"][-1].__imul__(1.001),
+        "M2 R^k z^k = x^k, dt = 0.1": lambda a: a["m2_z_0.1"][-1].__imul__(1.001),
+        "M3 |x_i'|": lambda a: a["m3_vel"].__imul__(10.0),
+        "M3 max|x(t)|": lambda a: a["tx"][-1].__imul__(100.0),
+        "M4 Euler": lambda a: a.__setitem__("m4_euler", a["m4_ref"] + (a["m4_euler"] - a["m4_ref"]) * a["m4_dt"][:, None, None] / 0.1),
+        "M5 X[mu_n](x_i)": lambda a: a["m5_engine"].__iadd__(1e-6),
+        "M5 e:bddinx": lambda a: a["m5_support"].__imul__(10.0),
+        "M5 e:lipinx": lambda a: a["m5_support"].__imul__(10.0),
+        # the nearby solution claimed to start 1e-6 times closer: it then separates faster than e^{L t} allows
+        "M6 W2(t)": lambda a: a.__setitem__("m6_y0", a["x0"] + 1e-6 * (a["m6_y0"] - a["x0"])),
+        "feed-forward W = I": lambda a: a["ff_identity"].__iadd__(1e-9),
+        "multi-head with H = 1": lambda a: a["mh_ours"][-1].__iadd__(1e-9),
+    }
+    for prefix, violate in cases.items():
+        a = copy_arrays(cid)
+        violate(a)
+        assert failing(judged(cid, a), prefix), prefix
+    # the row sums are the engine's: a P whose rows do not sum to 1 fails them
+    from attndyn.claims import model_equivalence
+
+    real = model_equivalence.ad.attention_matrix
+    monkeypatch.setattr(model_equivalence.ad, "attention_matrix", lambda *args, **kw: 1.001 * real(*args, **kw))
+    assert failing(judged(cid, copy_arrays(cid)), "M3 rows of P")
+
+
+# --- causal and hardmax -------------------------------------------------------------------------
+
+
+def test_causal_checks_fail_on_violations():
+    cid = "causal"
+    a = copy_arrays(cid)
+    x = a["x0"][-1, 0, 0] + 1e-6
+    a["x0"][-1, 0, 0] = x / np.linalg.norm(x)  # the first token moved
+    assert failing(judged(cid, a), "Q = K = I: x_1 stationary")
+
+    a = copy_arrays(cid)
+    a["x0"][-1, 0, 1:] = a["x0"][0, 0, 1:]  # the final state replaced by the initial one
+    assert failing(judged(cid, a), "Q = K = I: every token within 1e-6")
+
+    a = copy_arrays(cid)
+    a["x1"][-1, 0, 0] = -a["x1"][-1, 0, 0]
+    assert failing(judged(cid, a), "random Q, K: x_1 stationary")
+
+
+def test_hardmax_checks_fail_on_violations():
+    cid = "hardmax"
+    base = copy_arrays(cid)
+    z0 = base["z"][0, 0]
+    target = (z0 @ z0.T).argmax(1)
+    vertex = int(np.flatnonzero(target == np.arange(len(z0)))[0])
+    mover = int(np.flatnonzero((target != np.arange(len(z0))) & (target[target] == target))[0])
+
+    a = copy_arrays(cid)
+    a["z"][-1, 0, vertex] += 1e-6  # a vertex moves
+    assert failing(judged(cid, a), "self-argmax tokens")
+
+    a = copy_arrays(cid)
+    a["z"][-5:, 0, mover] += np.array([1e-4, -1e-4])  # off the straight path
+    checks = judged(cid, a)
+    assert failing(checks, "tokens with a fixed vertex")
+    assert failing(checks, "collinearity")
+    assert failing(checks, "geometric decay")
+
+    a = copy_arrays(cid)
+    a["finite_z_32"], a["finite_z_2"] = a["finite_z_2"].copy(), a["finite_z_32"].copy()  # larger beta tracks worse
+    assert failing(judged(cid, a), "finite beta")
+
+
+# --- high-dimensional ---------------------------------------------------------------------------
+
+
+def test_high_dimensional_checks_fail_on_violations():
+    cid = "high-dimensional"
+    base = copy_arrays(cid)
+    top = int(np.argmax(base["w"]))
+
+    a = copy_arrays(cid)
+    a["w"][top] = -a["w"][top] * 1.5  # the eigenvalue of largest modulus is now negative: not a good triple
+    assert failing(judged(cid, a), "the top eigenvalue is real")
+
+    a = copy_arrays(cid)
+    a["z"][-1, :, top] *= 1.01  # the top coordinate still moving
+    assert failing(judged(cid, a), "Thm 4.2: the top eigen-coordinate converged")
+
+    a = copy_arrays(cid)
+    c = a["z"][-1, :, top]
+    a["z"][-1, :, top] = np.linspace(c.min(), c.max(), len(c))  # limits spread over the whole interval
+    checks = judged(cid, a)
+    assert failing(checks, "Thm 4.2: every token's top eigen-coordinate")
+    assert failing(checks, "Thm 4.2: distinct limits")
+
+
+# --- the precision horizon ----------------------------------------------------------------------
+
+
+def test_precision_horizon_separates_rounding_from_dynamics():
+    import attndyn as ad
+    from attndyn.analysis import numerics
+    from attndyn.theory import matrices
+
+    rng = np.random.default_rng(0)
+    z0 = rng.uniform(-5, 5, (2, 30, 3))
+    ts = np.linspace(0, 30, 61)
+    rk4 = {"solver": ad.RK4(), "step": ad.FixedStep(0.02)}
+    # Vc with Gaussian Q, K: the slow unstable coordinate (0.253) is decided by rounding after t ~ 16 (SPEC §4.6)
+    V = matrices.VC()
+    model = ad.Model(ad.Weights(rng.normal(size=(3, 3)), rng.normal(size=(3, 3)), V), rescaled=True)
+    h = numerics.precision_horizon(model, z0, ts, quantity=lambda z: geometry.unstable_projection(z, V), **rk4)
+    assert np.isfinite(h.t).all()
+    assert h.t.max() <= 25
+    # at the horizon the two deviations are comparable; before it they keep the ratio of the perturbations
+    k = int(np.searchsorted(ts, h.t[0]))
+    assert h.small[k, 0] >= 0.1 * h.big[k, 0]
+    assert h.small[1, 0] <= 1e-3 * h.big[1, 0]
+    # V = I (Thm 3.1): contracting, no horizon within T
+    calm = numerics.precision_horizon(ad.Model(ad.Weights.identity(3), rescaled=True), z0, ts, **rk4)
+    assert np.isinf(calm.t).all()
+    assert numerics.horizon_estimate(np.eye(3), 10.0) == float("inf")
+    assert 10 < numerics.horizon_estimate(V, 10.0) < 30
+
+
+def test_analyze_warns_past_the_precision_horizon():
+    import attndyn as ad
+    from attndyn.theory import matrices
+
+    rng = np.random.default_rng(1)
+    model = ad.Model(ad.Weights.from_value(matrices.VC()), rescaled=True)
+    z0 = rng.uniform(-5, 5, (12, 3))
+    short = ad.simulate(model, z0, np.linspace(0, 5, 11), solver=ad.RK4(), step=ad.FixedStep(0.05))
+    long = ad.simulate(model, z0, np.linspace(0, 30, 31), solver=ad.RK4(), step=ad.FixedStep(0.05))
+    assert ad.analyze(short, model).warnings == []
+    assert "precision horizon" in ad.analyze(long, model).warnings[0]
+
+
+# --- coverage: every judged check of every claim has a failing-input test above ----------------
+
+FUNCTION_OF = {
+    "polytope": "test_polytope_checks_fail_on_violations",
+    "collapse": "test_collapse_checks_fail_on_violations",
+    "hyperplanes": "test_hyperplanes_checks_fail_on_violations",
+    "hyperplanes-negative-control": "test_negative_control_checks_fail_on_violations",
+    "sphere": "test_sphere_checks_fail_on_violations",
+    "boolean-1d": "test_boolean_1d_checks_fail_on_violations",
+    "polytope-subspace": "test_polytope_subspace_checks_fail_on_violations",
+    "model-equivalence": "test_model_equivalence_checks_fail_on_violations",
+    "causal": "test_causal_checks_fail_on_violations",
+    "hardmax": "test_hardmax_checks_fail_on_violations",
+    "high-dimensional": "test_high_dimensional_checks_fail_on_violations",
+    "long-context": "test_long_context_checks_fail_on_violations",
+    "mode-selection": "test_mode_selection_checks_fail_on_violations",
+    "kuramoto-closed-form": "test_kuramoto_checks_fail_on_violations",
+    "mean-field-limit": "test_mean_field_limit_checks_fail_on_violations",
+    "phase-diagram": "test_phase_diagram_checks_fail_on_violations",
+    "normalization": "test_normalization_checks_fail_on_violations",
+    "metastability": "test_metastability_checks_fail_on_violations",
+}
+
+
+def _prefixes_tested(function: str) -> list[str]:
+    """The check-name prefixes a violation test asserts as failing (failing(...) calls and dict keys)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    out = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "failing" and len(node.args) == 2:
+            arg = node.args[1]
+            if isinstance(arg, ast.Constant):
+                out.append(arg.value)
+            elif isinstance(arg, ast.JoinedStr):  # f"... {flow.upper()}": both flows of the loop
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in arg.values)
+                out += [text.format(f) for f in ("SA", "USA")]
+        if isinstance(node, ast.Dict):
+            out += [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return out
+
+
+@pytest.mark.parametrize("claim_id", [c for c in JUDGED if load(c).CLAIM.kind == "pass/fail"])
+def test_every_judged_check_has_a_failing_input_test(claim_id):
+    assert claim_id in FUNCTION_OF, f"{claim_id} is a pass/fail claim without a violation test"
+    prefixes = _prefixes_tested(FUNCTION_OF[claim_id])
+    judged_names = [name for name, c in tiny_result(claim_id).checks.items() if c.passed is not None]
+    untested = [name for name in judged_names if not any(name.startswith(p) for p in prefixes)]
+    assert not untested, f"{claim_id}: judged checks never seen to fail: {untested}"
+
+
+def test_long_context_checks_fail_on_violations():
+    cid = "long-context"
+    a = copy_arrays(cid)
+    a["cos_dense"][-1, 1] += 1e-9  # one layer off the exact cosine
+    assert failing(judged(cid, a), "dense attention")
+    a = copy_arrays(cid)
+    a["cos_fused"][0, 0] -= 1e-9
+    assert failing(judged(cid, a), "fused attention")
+    # the n-sequence read backwards: the "large" n is then the small one, farther from every limit
+    config = tiny_config(cid).model_copy(update={"formula_ns": [1000000, 100]})
+    checks, _ = load(cid).judge(copy_arrays(cid), config)
+    assert failing(checks, "exact cosine at n")
+
+
+def test_mode_selection_checks_fail_on_violations():
+    cid = "mode-selection"
+    a = copy_arrays(cid)
+    # particles whose mode 3 grows 3 % faster than lambda_3: log-amplitude gains 0.03 lambda_3 t
+    lam3 = theory.growth_rates(5.0, 2, [3])[0]
+    a["particle_amp"][0, 0, :, 2] *= np.exp(0.03 * lam3 * a["particle_ts"][0, 0])
+    assert failing(judged(cid, a), "particles:")
+    a = copy_arrays(cid)
+    # a mean-field USA mode 2 off by 2e-4 relative
+    lam2 = theory.growth_rates(5.0, 2, [2], usa=True)[0]
+    a["meanfield_amp"][0, 1, :, 1] *= np.exp(2e-4 * lam2 * a["meanfield_ts"][0, 1])
+    assert failing(judged(cid, a), "mean field:")
+    a = copy_arrays(cid)
+    # white noise whose spectrum peaks at mode 5 (five clusters, not k_max(5) = 3)
+    a["noise_power"][0, :, 4] = 2 * a["noise_power"][0].max(1)
+    assert failing(judged(cid, a), "white noise at beta = 5")
+
+
+def test_kuramoto_checks_fail_on_violations():
+    cid = "kuramoto-closed-form"
+    a = copy_arrays(cid)
+    a["meanfield_R"][-1] += 1e-7  # a mean field off by more than its discretisation error
+    assert failing(judged(cid, a), "mean field:")
+    a = copy_arrays(cid)
+    # particles that do not improve with n (an error floor): every n gets the smallest n's systems
+    first = a[f"R_n{int(a['ns'][0])}"]
+    for n in a["ns"]:
+        a[f"R_n{n}"] = first
+    assert failing(judged(cid, a), "particles: fitted exponent")
+    a = copy_arrays(cid)
+    # errors that fall like 1/n (too fast for i.i.d. samples): scale each deviation by sqrt(n0 / n)
+    exact = theory.kuramoto_order(a["ts"], tiny_config(cid).R0)[:, None]
+    n0 = a["ns"][0]
+    for n in a["ns"]:
+        a[f"R_n{n}"] = exact + (a[f"R_n{n}"] - exact) * np.sqrt(n0 / n)
+    assert failing(judged(cid, a), "particles: fitted exponent")
+
+
+def test_mean_field_limit_checks_fail_on_violations():
+    cid = "mean-field-limit"
+    a = copy_arrays(cid)
+    # beta = 4 particles stuck at the smallest n's distance: no convergence
+    for n in a["ns"]:
+        a[f"w1_b1_n{n}"] = a[f"w1_b1_n{int(a['ns'][0])}"]
+    assert failing(judged(cid, a), "fitted exponent p")
+    a = copy_arrays(cid)
+    n0 = a["ns"][0]
+    for n in a["ns"]:  # distances falling like n^-1: too fast for the empirical measure
+        a[f"w1_b0_n{n}"] = a[f"w1_b0_n{n}"] * np.sqrt(n0 / n)
+    assert failing(judged(cid, a), "fitted exponent p")
+
+
+def test_phase_diagram_checks_fail_on_violations():
+    cid = "phase-diagram"
+    a = copy_arrays(cid)
+    # the largest d's boundary 40 % late: its median error exceeds 0.1 and the smallest d's
+    late = np.concatenate([np.zeros_like(a["fraction"][-1][..., :1]), a["fraction"][-1][..., :-1]], -1)
+    shift = int(0.4 * 5.0 / (a["ts"][1] - a["ts"][0]))
+    for _ in range(shift - 1):
+        late = np.concatenate([np.zeros_like(late[..., :1]), late[..., :-1]], -1)
+    a["fraction"][-1] = late
+    checks = judged(cid, a)
+    assert failing(checks, "median over beta")
+    assert failing(checks, "the boundary moves toward")
+    a = copy_arrays(cid)
+    a["orth_rho"][0, -1] += 1e-6  # the orthogonal start off the equiangular ODE
+    assert failing(judged(cid, a), "orthogonal start")
+    a = copy_arrays(cid)
+    a["orth_spread"][0] = 1e-5  # pairs no longer equiangular
+    assert failing(judged(cid, a), "orthogonal start")
+
+
+def test_normalization_checks_fail_on_violations():
+    cid = "normalization"
+    a = copy_arrays(cid)
+    a["rates"][4, 2] *= 1 + 1e-9  # Peri-LN's pair rate off the closed form
+    assert failing(judged(cid, a), "every scheme and pair")
+    a = copy_arrays(cid)
+    a["post_rho"] = 1 - (1 - a["post_rho"]) ** 0.8  # Post-LN decaying at rate 1.6, not 2
+    assert failing(judged(cid, a), "Post-LN")
+    a = copy_arrays(cid)
+    a["pre_rho"] = 1 - (1 - a["pre_rho"]) ** 0.5  # Pre-LN like t^-1
+    assert failing(judged(cid, a), "Pre-LN")
+
+
+def test_metastability_checks_fail_on_violations():
+    cid = "metastability"
+    a = copy_arrays(cid)
+    a["energy1"] = a["energy1"] * (1 - 3e-3)  # every plateau of one run 3e-3 below sum m^2 (loose clusters)
+    assert failing(judged(cid, a), "every plateau of")
+    a = copy_arrays(cid)
+    a["pair_c"] = theory.pairing_cosine(a["pair_s"] * 0.95, a["pair_c"][0])  # c' = 1.9 (1 - c^2), not 2
+    assert failing(judged(cid, a), "pairing at beta")
+    a = copy_arrays(cid)
+    for key in ("ts", "energy", "xs"):  # the larger beta's run under the smaller beta's label: plateaus shrink
+        a[f"{key}0"], a[f"{key}1"] = a[f"{key}1"], a[f"{key}0"]
+    assert failing(judged(cid, a), "interior plateaus")
+    a = copy_arrays(cid)
+    a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
+    assert failing(judged(cid, a), "largest logit gap")
