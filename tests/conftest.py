@@ -4,6 +4,16 @@ import numpy as np
 import pytest
 
 
+def pytest_configure(config):
+    # The suite runs under the thread policy: one intra-op thread outside the library's entry
+    # points (which choose per call), so a competing process cannot make small tests 30x slower.
+    import torch
+
+    from attndyn.core.threads import choose
+
+    torch.set_num_threads(choose(0.0))
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

@@ -38,8 +38,24 @@ def _version(value: bool):
 @app.callback()
 def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Intra-op threads (default: the thread policy, one for small states; env ATTNDYN_THREADS)."
+    ),
 ) -> None:
     """attndyn: Transformers as interacting particle systems."""
+    import os
+
+    import torch
+
+    from attndyn.core.threads import ENV, check_threads, choose
+
+    try:
+        if threads is not None:
+            os.environ[ENV] = str(check_threads(threads, "--threads"))
+        # the process default for work outside the library's entry points (which choose per call)
+        torch.set_num_threads(choose(0.0))
+    except ValueError as err:
+        fail(str(err))
 
 
 @contextlib.contextmanager

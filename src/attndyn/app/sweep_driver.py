@@ -106,7 +106,8 @@ def _on_dask(sweep, todo, payload, workers, scheduler):
     else:
         n = workers or max(1, min(os.cpu_count() or 1, len(todo)))
         # one thread per worker (OMP too): two 2-thread torch jobs on two cores run ~4x slower
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env={"OMP_NUM_THREADS": "1"})
+        one_thread = {"OMP_NUM_THREADS": "1", "ATTNDYN_THREADS": "1"}
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=one_thread)
         client = Client(cluster)
     try:
         futures, started = {}, {}

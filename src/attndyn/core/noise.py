@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from attndyn.core.dynamics import Model, prepare, vector_field
+from attndyn.core.threads import policy as threads_policy
+from attndyn.core.threads import state_work
 from attndyn.core.weights import as_float_tensor
 
 
@@ -35,8 +37,12 @@ def simulate_sde(
     dt: float,
     seed: int | None = None,
     increments: torch.Tensor | None = None,
+    threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Projected Euler-Maruyama for the noisy sphere dynamics (see the module docstring)."""
+    """Projected Euler-Maruyama for the noisy sphere dynamics (see the module docstring).
+
+    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`.
+    """
     if model.geometry != "sphere":
         raise ValueError("simulate_sde integrates the noisy model on the sphere; the model needs geometry='sphere'.")
     if not (math.isfinite(kappa) and kappa > 0):
@@ -61,28 +67,29 @@ def simulate_sde(
     gen = None
     if seed is not None:
         gen = torch.Generator(device=x.device).manual_seed(int(seed))
-    args = prepare(model, x)
-    sigma = math.sqrt(2.0 / kappa)
-    out = [x.clone()] if marks[0] == 0 else []
-    k_save = 1 if marks[0] == 0 else 0
-    sqrt_dt = math.sqrt(dt)
-    for k in range(steps):
-        # sigma dW, projected on the tangent space, plus the drift: few full-size passes (the
-        # step costs about one field evaluation plus the Gaussian draw)
-        if increments is not None:
-            noise = increments[k].to(dtype=x.dtype, device=x.device) * sigma
-        else:
-            noise = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device).mul_(sigma * sqrt_dt)
-        y = torch.addcmul(noise, (noise * x).sum(-1, keepdim=True), x, value=-1.0)
-        y.add_(x).add_(vector_field(k * dt, x, args), alpha=dt)
-        x = y.div_(torch.linalg.vector_norm(y, dim=-1, keepdim=True))
-        while k_save < len(marks) and marks[k_save] == k + 1:
-            out.append(x.clone())
-            k_save += 1
-    xs = torch.stack(out)
-    if not torch.isfinite(xs).all():
-        raise FloatingPointError("the noisy trajectory became non-finite.")
-    return ts, xs.detach().cpu().numpy()
+    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+        args = prepare(model, x)
+        sigma = math.sqrt(2.0 / kappa)
+        out = [x.clone()] if marks[0] == 0 else []
+        k_save = 1 if marks[0] == 0 else 0
+        sqrt_dt = math.sqrt(dt)
+        for k in range(steps):
+            # sigma dW, projected on the tangent space, plus the drift: few full-size passes (the
+            # step costs about one field evaluation plus the Gaussian draw)
+            if increments is not None:
+                noise = increments[k].to(dtype=x.dtype, device=x.device) * sigma
+            else:
+                noise = torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device).mul_(sigma * sqrt_dt)
+            y = torch.addcmul(noise, (noise * x).sum(-1, keepdim=True), x, value=-1.0)
+            y.add_(x).add_(vector_field(k * dt, x, args), alpha=dt)
+            x = y.div_(torch.linalg.vector_norm(y, dim=-1, keepdim=True))
+            while k_save < len(marks) and marks[k_save] == k + 1:
+                out.append(x.clone())
+                k_save += 1
+        xs = torch.stack(out)
+        if not torch.isfinite(xs).all():
+            raise FloatingPointError("the noisy trajectory became non-finite.")
+        return ts, xs.detach().cpu().numpy()
 
 
 def brownian_increments(seed: int, steps: int, shape: tuple[int, ...], dt: float) -> torch.Tensor:

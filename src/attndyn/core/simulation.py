@@ -32,6 +32,8 @@ import torch
 
 from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
 from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau, integrate
+from attndyn.core.threads import policy as threads_policy
+from attndyn.core.threads import state_work
 from attndyn.core.weights import Weights, as_float_tensor, to_numpy
 
 # Unit vectors on the sphere: |x_i| = 1 to this tolerance at t0.
@@ -87,6 +89,7 @@ def simulate(
     max_steps: int = 100_000,
     progress: Callable[[float], None] | None = None,
     span: bool = False,
+    threads: int | None = None,
 ) -> Trajectory:
     """Integrate ``model`` from ``x0`` at ``ts[0]`` and save the state at every time in ``ts``.
 
@@ -109,46 +112,49 @@ def simulate(
     span : integrate in the span of x0 when d > n (see :func:`span_obstruction`): the same
         trajectory, at the cost of n dimensions instead of d; ``ValueError`` for a model whose
         dynamics do not commute with rotations.
+    threads : intra-op threads for this call; None applies the thread policy
+        (:mod:`attndyn.core.threads`: one thread for small states, ``ATTNDYN_THREADS`` overrides).
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
     x = prepare_state(model, x0)
-    if span:
-        reason = span_obstruction(model)
-        if reason is not None:
-            raise ValueError(f"span=True needs dynamics that commute with rotations; this model has {reason}.")
-        n, d = x.shape[-2:]
-        if d > n:
-            return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
-    args = prepare(model, x)
-    # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
-    field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
-    try:
-        sol = integrate(
-            field,
-            x,
-            ts,
-            args,
-            solver=solver,
-            controller=step,
-            batch_dims=x.ndim - 2,
-            observe=observe,
-            max_steps=max_steps,
-            progress=progress,
+    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+        if span:
+            reason = span_obstruction(model)
+            if reason is not None:
+                raise ValueError(f"span=True needs dynamics that commute with rotations; this model has {reason}.")
+            n, d = x.shape[-2:]
+            if d > n:
+                return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
+        args = prepare(model, x)
+        # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
+        field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
+        try:
+            sol = integrate(
+                field,
+                x,
+                ts,
+                args,
+                solver=solver,
+                controller=step,
+                batch_dims=x.ndim - 2,
+                observe=observe,
+                max_steps=max_steps,
+                progress=progress,
+            )
+        except FloatingPointError as err:
+            if model.rescaled and "non-finite" in str(err):
+                raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
+            raise
+        return Trajectory(
+            ts=torch.tensor(sol.ts, dtype=torch.float64),
+            xs=sol.xs,
+            stats=sol.stats,
+            observed=sol.observed,
+            variable="z" if model.rescaled else "x",
         )
-    except FloatingPointError as err:
-        if model.rescaled and "non-finite" in str(err):
-            raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
-        raise
-    return Trajectory(
-        ts=torch.tensor(sol.ts, dtype=torch.float64),
-        xs=sol.xs,
-        stats=sol.stats,
-        observed=sol.observed,
-        variable="z" if model.rescaled else "x",
-    )
 
 
 def span_obstruction(model: Model) -> str | None:
@@ -210,58 +216,59 @@ def _simulate_in_span(model: Model, x: torch.Tensor, ts, **options) -> Trajector
     return dataclasses.replace(traj, xs=traj.xs @ Ut)
 
 
-def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float) -> Trajectory:
+def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float, threads: int | None = None) -> Trajectory:
     """The discrete-time Transformer (SPEC §1.4, eq. e:discreteequation).
 
     ``x^{k+1} = x^k + dt * v(x^k)`` with ``v`` the model's (non-rescaled) vector field. For a
     rescaled model the state is ``z^k = R^{-k} x^k`` with ``R = I + dt V`` and the exact recursion
     ``z^{k+1} = z^k + dt sum_j P_ij(R^k z^k) R^{-1} V (z_j^k - z_i^k)`` (r:discreterescaling).
-    ``ts`` of the result are ``k * dt``.
+    ``ts`` of the result are ``k * dt``. ``threads``: as for :func:`simulate`.
     """
     x = prepare_state(model, x0)
-    if not isinstance(layers, int) or layers < 0:
-        raise ValueError(f"layers={layers!r} must be a non-negative integer.")
-    dt = float(step_size)
-    if not math.isfinite(dt) or dt <= 0:
-        raise ValueError(f"step_size={step_size!r} must be a finite number > 0.")
-    saved = [x]
-    if model.rescaled:
-        if model.weights.ff is not None:
-            raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
-        V = model.weights.V[0].to(dtype=x.dtype, device=x.device)
-        d = V.shape[0]
-        eye = torch.eye(d, dtype=x.dtype, device=x.device)
-        R = eye + dt * V
-        if torch.linalg.matrix_rank(R) < d:
-            raise ValueError(f"R = I + dt V is singular for dt={dt:g}; the discrete rescaling needs it invertible.")
-        # The R-recursion is the attention update with value matrix R^{-1} V, scores at R^k z.
-        lifted = dataclasses.replace(
-            model,
-            weights=Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to("cpu", model.weights.V.dtype)),
-            rescaled=False,
+    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+        if not isinstance(layers, int) or layers < 0:
+            raise ValueError(f"layers={layers!r} must be a non-negative integer.")
+        dt = float(step_size)
+        if not math.isfinite(dt) or dt <= 0:
+            raise ValueError(f"step_size={step_size!r} must be a finite number > 0.")
+        saved = [x]
+        if model.rescaled:
+            if model.weights.ff is not None:
+                raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
+            V = model.weights.V[0].to(dtype=x.dtype, device=x.device)
+            d = V.shape[0]
+            eye = torch.eye(d, dtype=x.dtype, device=x.device)
+            R = eye + dt * V
+            if torch.linalg.matrix_rank(R) < d:
+                raise ValueError(f"R = I + dt V is singular for dt={dt:g}; the discrete rescaling needs it invertible.")
+            # The R-recursion is the attention update with value matrix R^{-1} V, scores at R^k z.
+            lifted = dataclasses.replace(
+                model,
+                weights=Weights(model.weights.Q, model.weights.K, torch.linalg.solve(R, V).to("cpu", model.weights.V.dtype)),
+                rescaled=False,
+            )
+            args = prepare(lifted, x)
+            Rk = eye
+            for k in range(layers):
+                xk = x @ Rk.transpose(-1, -2)
+                if not bool(torch.isfinite(xk).all()):
+                    raise FloatingPointError(f"R^k z overflowed at layer {k}.")
+                # velocity(x -> attention at xk) - R^{-1}V z: the non-rescaled field of `lifted`
+                # evaluated with scores at xk and values at z.
+                x = x + dt * attention_term(xk, x, args, args.scale, subtract_own=True)
+                Rk = R @ Rk
+                saved.append(x)
+        else:
+            args = prepare(model, x)
+            for k in range(layers):
+                x = x + dt * vector_field(0.0, x, args)
+                if not bool(torch.isfinite(x).all()):
+                    raise FloatingPointError(f"the state became non-finite at layer {k + 1}.")
+                saved.append(x)
+        return Trajectory(
+            ts=torch.arange(layers + 1, dtype=torch.float64) * dt,
+            xs=torch.stack(saved),
+            stats={"nfev": layers, "steps": layers, "rejected": 0},
+            variable="z" if model.rescaled else "x",
+            step_size=dt,
         )
-        args = prepare(lifted, x)
-        Rk = eye
-        for k in range(layers):
-            xk = x @ Rk.transpose(-1, -2)
-            if not bool(torch.isfinite(xk).all()):
-                raise FloatingPointError(f"R^k z overflowed at layer {k}.")
-            # velocity(x -> attention at xk) - R^{-1}V z: the non-rescaled field of `lifted`
-            # evaluated with scores at xk and values at z.
-            x = x + dt * attention_term(xk, x, args, args.scale, subtract_own=True)
-            Rk = R @ Rk
-            saved.append(x)
-    else:
-        args = prepare(model, x)
-        for k in range(layers):
-            x = x + dt * vector_field(0.0, x, args)
-            if not bool(torch.isfinite(x).all()):
-                raise FloatingPointError(f"the state became non-finite at layer {k + 1}.")
-            saved.append(x)
-    return Trajectory(
-        ts=torch.arange(layers + 1, dtype=torch.float64) * dt,
-        xs=torch.stack(saved),
-        stats={"nfev": layers, "steps": layers, "rejected": 0},
-        variable="z" if model.rescaled else "x",
-        step_size=dt,
-    )

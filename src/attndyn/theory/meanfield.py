@@ -43,6 +43,7 @@ import torch
 from scipy.special import ive
 
 from attndyn.core.solvers import RK4, AdaptiveStep, Dopri5, FixedStep, integrate
+from attndyn.core.threads import policy as threads_policy
 
 Method = Literal["spectral", "finite-volume"]
 METHODS = ("spectral", "finite-volume")
@@ -132,11 +133,13 @@ def solve_circle(
     method: Method = "spectral",
     cfl: float = 0.4,
     dt: float | None = None,
+    threads: int | None = None,
 ) -> MeanFieldSolution:
     """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring).
 
     Spectral runs step with adaptive Dopri5 at ``rtol``/``atol``, or with classical RK4 at a fixed
     step ``dt`` when one is given (no error control: the caller owns the accuracy).
+    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`.
     """
     rho = check_density(rho0)
     if not (math.isfinite(beta) and beta >= 0):
@@ -155,34 +158,35 @@ def solve_circle(
         if not 0 < cfl <= 0.5:
             raise ValueError(f"cfl = {cfl} must be in (0, 0.5] for the scheme to preserve positivity.")
         return _finite_volume(rho, ts, beta=beta, usa=usa, cfl=cfl, max_steps=max_steps)
-    z, v = _coefficients(M, beta, usa)
-    m = np.arange(M // 2 + 1)
-    minus_ik = -1j * m * (m <= cut)
-    args = _Args(torch.as_tensor(np.stack([v, z])), torch.as_tensor(minus_ik), usa, M)
+    with threads_policy(float(M), threads):  # FFTs of M points: one thread below the crossover
+        z, v = _coefficients(M, beta, usa)
+        m = np.arange(M // 2 + 1)
+        minus_ik = -1j * m * (m <= cut)
+        args = _Args(torch.as_tensor(np.stack([v, z])), torch.as_tensor(minus_ik), usa, M)
 
-    def check(t: float, r: torch.Tensor) -> torch.Tensor:
-        arr = r.numpy()
-        if arr.min() < -NEGATIVE_TOL * max(arr.max(), 1e-300):
-            raise ResolutionError(f"the density became negative at t = {t:.6g} (min {arr.min():.3g}): the grid of M = {M} no longer resolves it.")
-        power = np.abs(np.fft.rfft(arr)) ** 2
-        tail = power[2 * len(power) // 3 :].sum() / power.sum()
-        if tail > TAIL_TOL:
-            raise ResolutionError(f"at t = {t:.6g} the top third of the M = {M} modes holds {tail:.2g} of the spectrum: refine M.")
-        return r.new_zeros(())
+        def check(t: float, r: torch.Tensor) -> torch.Tensor:
+            arr = r.numpy()
+            if arr.min() < -NEGATIVE_TOL * max(arr.max(), 1e-300):
+                raise ResolutionError(f"the density became negative at t = {t:.6g} (min {arr.min():.3g}): the grid of M = {M} no longer resolves it.")
+            power = np.abs(np.fft.rfft(arr)) ** 2
+            tail = power[2 * len(power) // 3 :].sum() / power.sum()
+            if tail > TAIL_TOL:
+                raise ResolutionError(f"at t = {t:.6g} the top third of the M = {M} modes holds {tail:.2g} of the spectrum: refine M.")
+            return r.new_zeros(())
 
-    if dt is not None and not (math.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt = {dt!r} must be a finite number > 0.")
-    sol = integrate(
-        _field,
-        torch.as_tensor(rho),
-        ts,
-        args,
-        solver=Dopri5() if dt is None else RK4(),
-        controller=AdaptiveStep(rtol=rtol, atol=atol) if dt is None else FixedStep(dt),
-        observe=check,
-        max_steps=max_steps,
-    )
-    return MeanFieldSolution(np.asarray(sol.ts), 2 * math.pi * np.arange(M) / M, sol.xs.numpy(), int(sol.stats["steps"]), "spectral")
+        if dt is not None and not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt = {dt!r} must be a finite number > 0.")
+        sol = integrate(
+            _field,
+            torch.as_tensor(rho),
+            ts,
+            args,
+            solver=Dopri5() if dt is None else RK4(),
+            controller=AdaptiveStep(rtol=rtol, atol=atol) if dt is None else FixedStep(dt),
+            observe=check,
+            max_steps=max_steps,
+        )
+        return MeanFieldSolution(np.asarray(sol.ts), 2 * math.pi * np.arange(M) / M, sol.xs.numpy(), int(sol.stats["steps"]), "spectral")
 
 
 def _face_velocity(rho: np.ndarray, z: np.ndarray, v: np.ndarray, shift: np.ndarray, usa: bool) -> np.ndarray:

@@ -74,7 +74,7 @@ def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) 
     if setup.kind == "sde":
         from attndyn.core.noise import simulate_sde
 
-        ts, xs = simulate_sde(setup.model, setup.x0, setup.ts, kappa=setup.kappa, dt=setup.step.dt, seed=setup.noise_seed)
+        ts, xs = simulate_sde(setup.model, setup.x0, setup.ts, kappa=setup.kappa, dt=setup.step.dt, seed=setup.noise_seed, threads=setup.threads)
         steps = round(float(ts[-1]) / setup.step.dt)
         return ts, xs, {"nfev": steps, "steps": steps, "rejected": 0}
     if setup.kind == "long":
@@ -83,7 +83,9 @@ def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) 
         traj = simulate_long(setup.model, setup.x0, setup.ts, rtol=setup.step.rtol, atol=setup.step.atol, max_steps=setup.max_steps)
         stats = {k: int(traj.stats[k]) for k in ("nfev", "steps", "rejected")}
         return traj.ts, traj.xs, {**stats, "merges": len(traj.merges)}
-    traj = simulate(setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress)
+    traj = simulate(
+        setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress, threads=setup.threads
+    )
     ts, xs = traj.numpy()
     return ts, xs, dict(traj.stats)
 

@@ -155,6 +155,9 @@ class SimulationConfig(Strict):
     weights: WeightsSpec = WeightsSpec()
     model: ModelSpec = ModelSpec()
     solver: SolverSpec
+    # Intra-op threads of the integration (None: the thread policy of attndyn.core.threads). Not
+    # part of the mathematics: a run's results do not depend on it beyond rounding.
+    threads: int | None = Field(default=None, ge=1)
 
 
 class ConfigError(ValueError):

@@ -131,6 +131,7 @@ class Setup:
     kind: Literal["ode", "sde", "long"] = "ode"
     kappa: float | None = None
     noise_seed: int | None = None
+    threads: int | None = None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -184,15 +185,15 @@ def build(config: SimulationConfig) -> Setup:
             if model.geometry != "sphere":
                 raise ConfigError("solver.kappa: the noisy model lives on the sphere; set model.geometry = 'sphere'")
             noise_seed = _noise_seed(seed)
-            return Setup(model, x0, save_times(s), SOLVERS["euler"](), step, s.max_steps, "sde", s.kappa, noise_seed)
+            return Setup(model, x0, save_times(s), SOLVERS["euler"](), step, s.max_steps, "sde", s.kappa, noise_seed, config.threads)
         if s.method == "long":
             from attndyn.core.longtime import check_model
 
             check_model(model)
             if not np.allclose(np.linalg.norm(x0.cpu().numpy(), axis=-1), 1.0):
                 raise ConfigError(f"method = 'long' integrates unit tokens; init.kind = {config.init.kind!r} gives others: use 'sphere'")
-            return Setup(model, x0, save_times(s), SOLVERS["dopri5"](), step, s.max_steps, "long")
-        return Setup(model, x0, save_times(s), SOLVERS[s.method](), step, s.max_steps)
+            return Setup(model, x0, save_times(s), SOLVERS["dopri5"](), step, s.max_steps, "long", threads=config.threads)
+        return Setup(model, x0, save_times(s), SOLVERS[s.method](), step, s.max_steps, threads=config.threads)
     except ConfigError:
         raise
     except (ValueError, TypeError) as err:

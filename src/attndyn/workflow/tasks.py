@@ -11,9 +11,11 @@ weights allow it), and returns each measure stacked over the task's points. No I
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
+from attndyn.core.threads import ENV
 from attndyn.workflow.measures import BATCHED_MEASURES, INNER_PRODUCT_MEASURES, measure_function
 from attndyn.workflow.schema import SweepError, parse_config
 
@@ -53,7 +55,9 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> dict[st
         from distributed import get_worker
 
         get_worker()
-        torch.set_num_threads(1)  # one thread per Dask worker: two workers on two cores do not oversubscribe
+        # one thread per Dask worker (the thread policy reads ATTNDYN_THREADS): two workers on two cores do not oversubscribe
+        os.environ.setdefault(ENV, "1")
+        torch.set_num_threads(1)
     except (ImportError, ValueError):
         pass
     functions = dict(zip(measures, (measure_function(m) for m in measures), strict=True))
