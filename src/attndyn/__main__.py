@@ -1,5 +1,7 @@
 """``python -m attndyn``: the same command line as the ``attndyn`` script."""
 
-from attndyn.app.cli import app
+import sys
 
-app(prog_name="attndyn")
+from attndyn.app.cli import entry
+
+sys.exit(entry())

@@ -54,7 +54,8 @@ def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
     for ref in refs:
         assert (out / ref).is_file(), ref
     data = json.loads((out / "results.json").read_text())
-    assert set(data) == {"version", "quick", "seed", "claims"}
+    assert set(data) == {"version", "quick", "seed", "claims", "unfinished"}
+    assert data["unfinished"] == {}
     assert data["quick"] is True
     assert data["seed"] == 3
     assert [c["id"] for c in data["claims"]] == ["model-equivalence", "hardmax"]

@@ -33,6 +33,7 @@ from attndyn.core.solvers import AdaptiveStep, Dopri5
 from attndyn.core.weights import to_numpy
 from attndyn.models.bert import embed, encoder_layers, load_checkpoint, per_head_table, resolve
 from attndyn.models.token_geometry import effective_rank, leaders, mean_cosine
+from attndyn.workflow import ownership
 from attndyn.workflow.files import atomic_write_text, write_json
 
 
@@ -57,8 +58,9 @@ def checkpoint_report(
     ckpt = load_checkpoint(resolve(path_or_name), allow_pickle=allow_pickle)
     ckpt.weights(layer, head)  # validates layer and head before any work
     x0, tokens = embed(ckpt, text, dtype=dtype)
-    out = Path(out)
-    (out / "index.html").unlink(missing_ok=True)
+    owner = ownership.claim(out, "checkpoint", "attndyn checkpoint")
+    ownership.clear(owner)  # the previous page, its JSON and figures; nothing attndyn did not write
+    out = owner.folder
     (out / "figures").mkdir(parents=True, exist_ok=True)
     step = progress or (lambda msg: None)
 
@@ -145,8 +147,11 @@ def checkpoint_report(
         "comparison": comparison,
         "figures": figures,
     }
+    owner.add(*figures, *(str(Path(f).with_suffix(".svg")) for f in figures))
     write_json(out / "checkpoint.json", record)
+    owner.add("checkpoint.json")
     atomic_write_text(out / "index.html", render(record))
+    owner.add("index.html")
     return record
 
 

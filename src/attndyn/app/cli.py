@@ -21,10 +21,80 @@ err_console = Console(stderr=True)
 console = Console()
 
 
+def say(message: str, *, label: str = "error", style: str = "bold red") -> None:
+    """One line on stderr, printed literally (no markup: ``[grid]`` and ``[nan, nan]`` survive)."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble((f"{label}: ", style), message), highlight=False, soft_wrap=True)
+
+
 def fail(message: str) -> None:
     """One readable line on stderr, exit status 2."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    say(message)
     raise typer.Exit(2)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def _interrupt(signum, frame):  # SIGTERM is handled as Ctrl-C: what finished is kept
+    raise KeyboardInterrupt
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """The ``attndyn`` command: runs the Typer app behind one error path; returns the exit status.
+
+    Expected errors (:class:`~attndyn.core.errors.UserError`, usage errors, files that cannot be
+    read or written) print one line and exit 2; Ctrl-C or SIGTERM prints what was kept and exits
+    130; anything else is a bug: one line with a hint to rerun with ``--debug`` (the traceback), exit 1.
+    """
+    import signal
+    import sys
+
+    from attndyn.core.errors import UserError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    previous = signal.signal(signal.SIGTERM, _interrupt) if threading_main() else None
+    try:
+        code = app(args=args, prog_name="attndyn", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except typer.Exit as err:
+        return err.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        say("nothing more was written (what had finished is kept)", label="interrupted", style="bold yellow")
+        return 130
+    except UserError as err:
+        say(_one_line(err))
+        return 2
+    except typer.exceptions.TyperException as err:  # usage errors of the vendored click: their own message
+        show = getattr(err, "show", None)
+        if show is None:
+            say(_one_line(err))
+        else:
+            show()
+        return int(getattr(err, "exit_code", 2))
+    except OSError as err:
+        where = f" {err.filename}" if getattr(err, "filename", None) else ""
+        say(f"cannot read or write{where}: {err.strerror or _one_line(err)}")
+        return 2
+    except Exception as err:
+        if debug:
+            raise
+        say(f"unexpected {type(err).__name__}: {_one_line(err)} (a bug in attndyn; rerun with --debug for the traceback)")
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _version(value: bool):
@@ -94,7 +164,7 @@ def simulate(
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ) -> None:
     """Simulate a config and write a run folder."""
-    from attndyn.workflow import runs
+    from attndyn.workflow import ownership, runs
     from attndyn.workflow.files import RunFolderError
     from attndyn.workflow.schema import ConfigError, load_config
 
@@ -102,8 +172,7 @@ def simulate(
         cfg = load_config(config)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    if out.exists() and not out.is_dir():
-        fail(f"--out {str(out)!r} exists and is not a folder")
+    ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
     try:
         with delayed_progress("simulate", cfg.solver.t1) as update:
             run = runs.execute(cfg, progress=update)
@@ -111,6 +180,17 @@ def simulate(
         fail(f"{config}: {err}")
     except (FloatingPointError, RuntimeError) as err:
         fail(f"simulation stopped: {err}")
+    except runs.RunInterrupted as stop:
+        if stop.run is None:
+            say(f"nothing was computed; {out} is unchanged", label="interrupted", style="bold yellow")
+        else:
+            runs.write(stop.run, out, partial="interrupted")
+            say(
+                f"kept the {len(stop.run.ts)} saves up to t = {stop.run.ts[-1]:.6g} in {out}, marked partial (partial.json, no summary.json)",
+                label="interrupted",
+                style="bold yellow",
+            )
+        raise typer.Exit(130) from None
     try:
         runs.write(run, out)
     except RunFolderError as err:
@@ -131,7 +211,7 @@ def meanfield(
 
     from attndyn import __version__
     from attndyn.theory import meanfield as mf
-    from attndyn.workflow import plots
+    from attndyn.workflow import ownership, plots
     from attndyn.workflow.files import write_json, write_npz
     from attndyn.workflow.schema import ConfigError, load_meanfield_config
     from attndyn.workflow.setup import meanfield_setup
@@ -141,8 +221,7 @@ def meanfield(
         rho0, ts = meanfield_setup(cfg)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    if out.exists() and not out.is_dir():
-        fail(f"--out {str(out)!r} exists and is not a folder")
+    ownership.check(out, "meanfield")
     start = time.perf_counter()
     try:
         sol = mf.solve_circle(rho0, ts, beta=cfg.beta, usa=cfg.usa, rtol=cfg.rtol, atol=cfg.atol, method=cfg.method, cfl=cfg.cfl)
@@ -152,8 +231,8 @@ def meanfield(
         err_console.print(f'stopped: {err} (or use method = "finite-volume")', highlight=False, markup=False)
         raise typer.Exit(1) from None
     wall = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").unlink(missing_ok=True)  # written last: it marks a complete run folder
+    owner = ownership.claim(out, "meanfield", "attndyn meanfield")
+    ownership.clear(owner)  # the previous run's files, summary.json (written last) among them
     write_json(out / "config.json", cfg.model_dump(mode="json"))
     write_npz(out / "density.npz", ts=sol.ts, theta=sol.theta, rho=sol.rho)
     label = f"{'USA' if cfg.usa else 'SA'}, beta = {cfg.beta:g}, M = {sol.rho.shape[1]}, {cfg.method}"
@@ -163,6 +242,7 @@ def meanfield(
         out / "order_parameter.png",
     )
     plots.density_movie(out / "density.gif", sol.ts, sol.theta, sol.rho, title=label)
+    owner.add("config.json", "density.npz", "density.png", "density.svg", "order_parameter.png", "order_parameter.svg", "density.gif")
     mass = sol.rho.sum(1) * 2 * math.pi / sol.rho.shape[1]
     write_json(
         out / "summary.json",
@@ -179,6 +259,7 @@ def meanfield(
             "final_order_parameter": float(mf.order_parameter(sol.rho[-1])),
         },
     )
+    owner.add("summary.json")
     console.print(f"wrote {out} ({sol.steps} steps, {wall:.2f} s)")
 
 
@@ -266,7 +347,7 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
 
     from attndyn import Trajectory
     from attndyn.analysis.prediction import analyze as run_analysis
-    from attndyn.workflow import runs
+    from attndyn.workflow import ownership, runs
     from attndyn.workflow.files import RunFolderError, write_json
 
     try:
@@ -278,7 +359,9 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
         result = run_analysis(traj, run.model)
     except ValueError as err:
         fail(f"cannot analyse {str(run_dir)!r}: {err}")
+    owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
     write_json(run_dir / "analysis.json", result.to_dict())
+    owner.add("analysis.json")
     table = Table(title=f"analysis of {run_dir} at t = {result.t_final:g}", show_header=True)
     table.add_column("quantity")
     table.add_column("value", overflow="fold")
@@ -348,50 +431,89 @@ def reproduce(
     """Check the claims and write the report.
 
     Writes DIR/runs/CLAIM/, DIR/results.json, DIR/index.html and, with a Chromium, DIR/preview.png.
+    Claims not chosen keep their runs in DIR; the page is rebuilt from every run present.
     """
-    from attndyn.app.report import ReportError, build
+    from attndyn.app.report import ReportError, build, existing_runs
     from attndyn.claims import EXPERIMENTS, load
-    from attndyn.claims.runner import run_claim
+    from attndyn.claims.runner import config_for, run_claim
+    from attndyn.workflow import ownership
 
+    # Every option is checked before anything on disk changes.
     engine_options(device, dtype)
-    chosen = list(claims) if claims else list(EXPERIMENTS)
+    chosen = list(dict.fromkeys(claims)) if claims else list(EXPERIMENTS)
     unknown = [c for c in chosen if c not in EXPERIMENTS]
     if unknown:
         fail(f"unknown claim id(s) {', '.join(unknown)}; valid ids: {', '.join(EXPERIMENTS)}")
-    if out.exists() and not out.is_dir():
-        fail(f"--out {str(out)!r} exists and is not a folder")
-    (out / "index.html").unlink(missing_ok=True)
-    (out / "results.json").unlink(missing_ok=True)
-    runs = out / "runs"
-    if runs.is_dir():
-        import shutil
-
-        for old in runs.iterdir():
-            if old.is_dir() and old.name not in chosen:
-                shutil.rmtree(old)
+    if not 0 <= seed < 2**31:
+        fail(f"--seed {seed} must be an integer in [0, 2^31)")
+    configs = {}
+    for cid in chosen:
+        try:
+            configs[cid] = config_for(load(cid), seed=seed, quick=quick, device=device, dtype=dtype)
+        except ValueError as err:
+            fail(f"claim {cid}: its configuration is invalid with these options ({_one_line(err)})")
+    ownership.check(out, "report")
+    others = {r["id"]: r for r in existing_runs(out) if r["id"] not in chosen}
+    mismatched = [cid for cid, r in others.items() if (bool(r.get("quick")), r.get("seed")) != (quick, seed)]
+    if mismatched:
+        r = others[mismatched[0]]
+        fail(
+            f"{out} holds runs made with {'--quick' if r.get('quick') else 'full sizes'} and --seed {r.get('seed')} "
+            f"({', '.join(mismatched[:3])}{'...' if len(mismatched) > 3 else ''}); rerun with the same options, or name another --out"
+        )
+    owner = ownership.claim(out, "report", "attndyn reproduce")
+    for name in ("index.html", "results.json", "preview.png"):  # the old page no longer matches its runs
+        (out / name).unlink(missing_ok=True)
     start = time.perf_counter()
     bar = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err_console
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
     )
-    verdicts = {}
+    verdicts, errors, interrupted = {}, {}, False
     with bar:
         task = bar.add_task("reproduce", total=len(chosen))
-        for cid in chosen:
+        for k, cid in enumerate(chosen):
             bar.update(task, description=f"reproduce: {cid}")
-            record = run_claim(cid, load(cid), runs / cid, seed=seed, quick=quick, device=device, dtype=dtype)
-            verdicts[cid] = record["verdict"]
+            if not err_console.is_terminal:
+                say(f"{cid} ({k + 1} of {len(chosen)}), {time.perf_counter() - start:.0f} s elapsed", label="reproduce", style="bold")
+            try:
+                record = run_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid])
+            except KeyboardInterrupt:
+                interrupted = True
+                break
+            except Exception as err:  # one failing claim does not cost the others their page
+                errors[cid] = f"{type(err).__name__}: {_one_line(err)}"
+                say(f"{cid} did not finish: {errors[cid]}")
+            else:
+                verdicts[cid] = record["verdict"]
             bar.advance(task)
+    owner.add("runs", *(f"runs/{cid}" for cid in verdicts))
     try:
-        page = build(out, list(EXPERIMENTS))
+        page = build(
+            out,
+            list(EXPERIMENTS),
+            unfinished={**errors, **{c: "interrupted before it finished" for c in chosen if interrupted and c not in verdicts and c not in errors}},
+        )
     except ReportError as err:
         fail(str(err))
+    owner.add("index.html", "results.json")
     summary = ", ".join(f"{v}: {sum(x == v for x in verdicts.values())}" for v in ("pass", "fail", "report", "skipped"))
-    console.print(f"{len(chosen)} claims in {time.perf_counter() - start:.0f} s ({summary})")
+    console.print(f"{len(verdicts)} of {len(chosen)} claims in {time.perf_counter() - start:.0f} s ({summary})", markup=False)
     for cid, v in verdicts.items():
         if v == "fail":
-            console.print(f"[bold red]FAIL[/] {cid}: see the report")
+            say(f"{cid}: see the report", label="FAIL")
+    if interrupted:
+        say(f"{len(verdicts)} of {len(chosen)} claims finished; the page shows them: {page}", label="interrupted", style="bold yellow")
+        raise typer.Exit(130)
     _preview(page)
-    console.print(f"report: {page.resolve()}")
+    if (out / "preview.png").exists():
+        owner.add("preview.png")
+    console.print(f"report: {page.resolve()}", markup=False)
+    if errors:
+        raise typer.Exit(1)
 
 
 def _preview(page: Path) -> None:
@@ -414,11 +536,19 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
     """
     from attndyn.app.report import ReportError, build
     from attndyn.claims import EXPERIMENTS
+    from attndyn.workflow import ownership
 
+    if not out.is_dir():
+        fail(f"report folder {str(out)!r} does not exist")
+    owner = ownership.claim(out, "report", "attndyn report", option="DIR")
     try:
         page = build(out, list(EXPERIMENTS))
     except ReportError as err:
-        fail(str(err))
+        for name in ("index.html", "results.json", "preview.png"):  # a stale page must not look current
+            if name in owner.files:
+                (out / name).unlink(missing_ok=True)
+        fail(f"{err}; the old page was removed")
+    owner.add("index.html", "results.json")
     _preview(page)
     console.print(f"report: {page.resolve()}")
 
@@ -494,4 +624,4 @@ def checkpoint(
 
 
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    raise SystemExit(entry())

@@ -18,13 +18,14 @@ import math
 from pathlib import Path
 
 from attndyn import __version__
+from attndyn.core.errors import UserError
 from attndyn.workflow.files import atomic_write_text, write_json
 
 CHECK_KEYS = ("name", "value", "threshold", "passed", "n_judged")
 CLAIM_KEYS = ("id", "paper_ref", "verdict", "checks", "params", "seconds")
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """The run folders cannot make a trustworthy report; the message is one line."""
 
 
@@ -43,24 +44,50 @@ def read_record(folder: Path) -> dict:
         raise ReportError(f"run folder {folder} is inconsistent: summary.json and result.json disagree")
     if record["verdict"] not in ("pass", "fail", "report", "skipped"):
         raise ReportError(f"run folder {folder} is corrupted: unknown verdict {record['verdict']!r}")
+    root = folder.resolve()
     for rel in record.get("figures", []) + record.get("vectors", []) + record.get("movies", []):
+        if not isinstance(rel, str) or Path(rel).is_absolute() or root not in (folder / rel).resolve().parents:
+            raise ReportError(f"run folder {folder} is corrupted: its result.json names the file {rel!r} outside the folder")
         if not (folder / rel).is_file():
             raise ReportError(f"run folder {folder} is incomplete: {rel} is missing")
     return record
 
 
-def collect(out_dir: Path, order: list[str] | None = None) -> list[dict]:
+def collect(out_dir: Path, order: list[str] | None = None, *, unfinished: dict[str, str] | None = None) -> list[dict]:
+    """The records of every run folder, in ``order``; folders named in ``unfinished`` are passed over."""
+    unfinished = unfinished or {}
     runs = Path(out_dir) / "runs"
     if not runs.is_dir():
+        if unfinished:
+            return []
         raise ReportError(f"{out_dir} holds no run folders (expected {runs})")
-    folders = sorted(p for p in runs.iterdir() if p.is_dir())
-    if not folders:
+    folders = sorted(p for p in runs.iterdir() if p.is_dir() and p.name not in unfinished)
+    if not folders and not unfinished:
         raise ReportError(f"{runs} is empty")
     # The claims' order comes from the caller (the CLI passes the registry's); the report itself
     # only reads run folders.
     rank = {cid: k for k, cid in enumerate(order or [])}
     records = [read_record(f) for f in folders]
+    seen: dict[str, Path] = {}
+    for folder, r in zip(folders, records, strict=True):
+        if r["id"] in seen:
+            raise ReportError(f"two run folders hold the claim {r['id']!r}: {seen[r['id']]} and {folder}; remove one")
+        seen[r["id"]] = folder
     return sorted(records, key=lambda r: (rank.get(r["id"], len(rank)), r["id"]))
+
+
+def existing_runs(out_dir: str | Path) -> list[dict]:
+    """The records of the complete run folders in ``out_dir/runs`` (incomplete ones are left out)."""
+    runs = Path(out_dir) / "runs"
+    if not runs.is_dir():
+        return []
+    out = []
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+        try:
+            out.append(read_record(folder))
+        except ReportError:
+            continue
+    return out
 
 
 def _fmt(value) -> str:
@@ -207,7 +234,7 @@ def _section(r: dict) -> str:
     )
 
 
-def render(records: list[dict], *, quick: bool, seed: int) -> str:
+def render(records: list[dict], *, quick: bool, seed: int | None, unfinished: dict[str, str] | None = None) -> str:
     counts = {v: sum(r["verdict"] == v for r in records) for v in ("pass", "fail", "report", "skipped")}
     verdict_buttons = "".join(
         f'<button type="button" data-group="verdict" data-value="{v}" aria-pressed="{str(v == "all").lower()}">{v}'
@@ -232,10 +259,19 @@ def render(records: list[dict], *, quick: bool, seed: int) -> str:
         f"<b>{counts['fail']}</b> fail, <b>{counts['report']}</b> report, <b>{counts['skipped']}</b> skipped.</p></header>"
         f"<nav class='filters' aria-label='filter claims'>verdict: {verdict_buttons} &nbsp; kind: {kind_buttons}"
         f" &nbsp; <span><span id='shown'>{len(records)}</span> shown</span></nav>"
+        f"{_unfinished(unfinished or {})}"
         f"<main><div class='grid'>{''.join(_card(r) for r in records)}</div>"
         f"<h2>Claims in detail</h2>{''.join(_section(r) for r in records)}</main>"
         f"<script>{SCRIPT}</script></body></html>"
     )
+
+
+def _unfinished(unfinished: dict[str, str]) -> str:
+    if not unfinished:
+        return ""
+    rows = "".join(f"<li><b>{html.escape(cid)}</b>: {html.escape(why)}</li>" for cid, why in unfinished.items())
+    head = f"<h2>Not finished ({len(unfinished)})</h2><p>These claims have no result on this page:</p>"
+    return f"<section class='unfinished'>{head}<ul>{rows}</ul></section>"
 
 
 def results_json(records: list[dict], *, quick: bool, seed: int) -> dict:
@@ -260,14 +296,19 @@ def results_json(records: list[dict], *, quick: bool, seed: int) -> dict:
     }
 
 
-def build(out_dir: str | Path, order: list[str] | None = None) -> Path:
-    """Write ``results.json`` and ``index.html`` from the run folders; returns the page's path."""
+def build(out_dir: str | Path, order: list[str] | None = None, *, unfinished: dict[str, str] | None = None) -> Path:
+    """Write ``results.json`` and ``index.html`` from the run folders; returns the page's path.
+
+    ``unfinished`` maps claims whose run did not finish (an error, an interruption) to why: their
+    folders are not read, and the page and ``results.json`` list them as not finished.
+    """
     out_dir = Path(out_dir)
-    records = collect(out_dir, order)
+    unfinished = dict(unfinished or {})
+    records = collect(out_dir, order, unfinished=unfinished)
     quick = {r.get("quick") for r in records}
     seeds = {r.get("seed") for r in records}
     if len(quick) > 1 or len(seeds) > 1:
         raise ReportError(f"run folders in {out_dir} mix quick/full runs or seeds; rerun them together")
-    q, s = bool(quick.pop()), seeds.pop()
-    write_json(out_dir / "results.json", results_json(records, quick=q, seed=s))
-    return atomic_write_text(out_dir / "index.html", render(records, quick=q, seed=s))
+    q, s = (bool(quick.pop()), seeds.pop()) if records else (False, None)
+    write_json(out_dir / "results.json", {**results_json(records, quick=q, seed=s), "unfinished": unfinished})
+    return atomic_write_text(out_dir / "index.html", render(records, quick=q, seed=s, unfinished=unfinished))

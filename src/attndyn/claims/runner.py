@@ -8,13 +8,14 @@ cleared of its ``summary.json`` before a rerun, so an interrupted run never look
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from types import ModuleType
 
 from attndyn import __version__
 from attndyn.claims.common import ExperimentConfig, Result
+from attndyn.core.errors import UserError
+from attndyn.workflow import ownership
 from attndyn.workflow.files import write_json, write_npz
 
 
@@ -45,7 +46,7 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
     }
 
 
-class JudgeError(ValueError):
+class JudgeError(UserError):
     """A run folder that cannot be judged (incomplete, unreadable, unknown claim); one readable line."""
 
 
@@ -93,6 +94,8 @@ def judge_folder(folder: Path) -> dict:
         checks, info = module.judge(arrays, config)
     except KeyError as err:
         raise JudgeError(f"{folder}/arrays.npz lacks the array {err} that claim {claim_id!r} needs") from None
+    except (ValueError, IndexError, TypeError, ArithmeticError) as err:  # arrays of the wrong shape or type
+        raise JudgeError(f"{folder}/arrays.npz does not fit claim {claim_id!r} ({type(err).__name__}: {str(err).splitlines()[0]})") from None
     return {
         "id": claim_id,
         "kind": module.CLAIM.kind,
@@ -117,13 +120,14 @@ def run_claim(
     """Run one claim, write its folder, return its record."""
     from attndyn.workflow import plots
 
-    folder = Path(folder)
-    if folder.exists():
-        shutil.rmtree(folder)
-    (folder / "figures").mkdir(parents=True)
     if config is None:
         config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
+    owner = ownership.claim(folder, "claim-run", "attndyn reproduce", option="run folder")
+    ownership.clear(owner)  # the previous run of this claim: its summary.json first of all
+    folder = owner.folder
+    (folder / "figures").mkdir(parents=True, exist_ok=True)
     write_json(folder / "config.json", config.model_dump(mode="json"))
+    owner.add("config.json")
     if hasattr(module, "available"):
         ok, reason = module.available()
         if not ok:
@@ -149,20 +153,25 @@ def run_claim(
             }
             write_json(folder / "result.json", record)
             write_json(folder / "summary.json", {"id": claim_id, "verdict": "skipped", "seconds": 0.0, "version": __version__})
+            owner.add("result.json", "summary.json")
             return record
     start = time.perf_counter()
     result = module.run(config)
     seconds = time.perf_counter() - start
     write_npz(folder / "arrays.npz", **result.arrays)
+    owner.add("arrays.npz")
     names = []
     for name, fig in module.figures(result).items():
         plots.save(fig, folder / "figures" / f"{name}.png")
         names.append(f"figures/{name}.png")
+    owner.add(*names, *(str(Path(n).with_suffix(".svg")) for n in names))
     movies = [p.name for p in module.movies(result, folder)] if hasattr(module, "movies") else []
+    owner.add(*movies)
     record = result_record(result, seconds, quick, seed)
     record["figures"] = names
     record["vectors"] = [str(Path(n).with_suffix(".svg")) for n in names]
     record["movies"] = movies
     write_json(folder / "result.json", record)
     write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
+    owner.add("result.json", "summary.json")
     return record

@@ -33,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attndyn.core.errors import UserError
 from attndyn.core.weights import Weights
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that cannot be read; the message is one line."""
 
 

@@ -22,11 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from attndyn.analysis.numerics import finite_json
+from attndyn.core.errors import UserError
 
 RUN_FILES = ("config.json", "trajectory.npz", "summary.json")
+# Written instead of summary.json by an interrupted run: the saves so far, never taken for a complete run.
+PARTIAL = "partial.json"
 
 
-class RunFolderError(ValueError):
+class RunFolderError(UserError):
     """A run folder that is missing, incomplete or unreadable; the message is one line."""
 
 
@@ -91,6 +94,12 @@ def load_run(folder: str | Path) -> dict:
     folder = Path(folder)
     if not folder.is_dir():
         raise RunFolderError(f"run folder {str(folder)!r} does not exist")
+    if (folder / PARTIAL).is_file():
+        why = read_json(folder / PARTIAL)
+        raise RunFolderError(
+            f"run folder {str(folder)!r} is partial ({why.get('reason', 'interrupted')} at t = {why.get('t_reached', float('nan')):.6g}); "
+            "its trajectory.npz holds the saves up to then: rerun `attndyn simulate` to complete it"
+        )
     missing = [name for name in RUN_FILES if not (folder / name).is_file()]
     if missing:
         raise RunFolderError(f"run folder {str(folder)!r} is incomplete: missing {', '.join(missing)}")

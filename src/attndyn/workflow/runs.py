@@ -29,7 +29,8 @@ import numpy as np
 
 from attndyn.core.dynamics import Model
 from attndyn.core.weights import FeedForward, Weights, to_numpy
-from attndyn.workflow.files import RunFolderError, load_run, write_json, write_npz
+from attndyn.workflow import ownership
+from attndyn.workflow.files import PARTIAL, RunFolderError, load_run, write_json, write_npz
 from attndyn.workflow.schema import SimulationConfig
 from attndyn.workflow.setup import Setup, build
 
@@ -51,23 +52,43 @@ class Run:
         return "z" if self.model.rescaled else "x"
 
 
+class RunInterrupted(Exception):
+    """An integration stopped by KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one): ``run``
+    holds the saves computed until then (``None`` when not even the first was recorded)."""
+
+    def __init__(self, run: Run | None):
+        super().__init__("interrupted")
+        self.run = run
+
+
 def execute(config: SimulationConfig, *, progress: Callable[[float], None] | None = None) -> Run:
-    """Build and integrate ``config``; raises ConfigError (bad config) or RuntimeError/FloatingPointError (a failed run)."""
+    """Build and integrate ``config``; raises ConfigError (bad config), RuntimeError/FloatingPointError
+    (a failed run), or :class:`RunInterrupted` with the saves so far (an interrupted ODE run)."""
     from attndyn import __version__
 
     setup = build(config)
     start = time.perf_counter()
-    ts, xs, stats = integrate(setup, progress=progress)
+    saves: list[tuple[float, np.ndarray]] = []
+    try:
+        ts, xs, stats = integrate(setup, progress=progress, saves=saves)
+    except KeyboardInterrupt:
+        partial = None
+        if saves:
+            ts = np.array([t for t, _ in saves])
+            xs = np.stack([x for _, x in saves])
+            partial = Run(config.model_dump(mode="json"), setup.model, ts, xs, {}, time.perf_counter() - start, __version__)
+        raise RunInterrupted(partial) from None
     wall = time.perf_counter() - start
     return Run(config.model_dump(mode="json"), setup.model, ts, xs, stats, wall, __version__)
 
 
-def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None, saves: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """Integrate a built config with the integrator its solver section names: ``(ts, xs, stats)``.
 
     ``ode``: :func:`attndyn.simulate` (``x0`` may carry batch dimensions); ``sde``: the noisy model
     by projected Euler-Maruyama, seeded by the config's ``noise`` stream; ``long``:
-    :func:`attndyn.simulate_long` (stats add the merge count).
+    :func:`attndyn.simulate_long` (stats add the merge count). ``saves``: a list that an ODE run
+    appends ``(t, x)`` to at every save time as it goes (what an interrupted run can keep).
     """
     from attndyn.core.simulation import simulate
 
@@ -83,23 +104,42 @@ def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None) 
         traj = simulate_long(setup.model, setup.x0, setup.ts, rtol=setup.step.rtol, atol=setup.step.atol, max_steps=setup.max_steps)
         stats = {k: int(traj.stats[k]) for k in ("nfev", "steps", "rejected")}
         return traj.ts, traj.xs, {**stats, "merges": len(traj.merges)}
+
+    def keep(t: float, x):
+        saves.append((float(t), x.detach().to("cpu", copy=True).double().numpy()))
+        return x.new_zeros(())
+
     traj = simulate(
-        setup.model, setup.x0, setup.ts, solver=setup.solver, step=setup.step, max_steps=setup.max_steps, progress=progress, threads=setup.threads
+        setup.model,
+        setup.x0,
+        setup.ts,
+        solver=setup.solver,
+        step=setup.step,
+        max_steps=setup.max_steps,
+        progress=progress,
+        threads=setup.threads,
+        observe=None if saves is None else keep,
     )
     ts, xs = traj.numpy()
     return ts, xs, dict(traj.stats)
 
 
-def write(run: Run, folder: str | Path) -> Path:
-    """Write ``run`` as a run folder (summary.json last); returns the folder."""
+def write(run: Run, folder: str | Path, *, partial: str | None = None) -> Path:
+    """Write ``run`` as a run folder (summary.json last); returns the folder.
+
+    The folder must be new, empty or an attndyn run folder (:mod:`attndyn.workflow.ownership`,
+    OwnershipError otherwise); the previous run's files there (its analysis and figures included)
+    are removed first, files attndyn did not write are left alone. With ``partial`` (why the run
+    stopped), the saves computed so far are written with ``partial.json`` instead of
+    ``summary.json``: :func:`read` and the report refuse such a folder, naming it partial.
+    """
     from attndyn.workflow import plots
 
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise RunFolderError(f"{str(folder)!r} exists and is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").unlink(missing_ok=True)
+    owner = ownership.claim(folder, "run", "attndyn simulate")
+    ownership.clear(owner)
+    folder = owner.folder
     write_json(folder / "config.json", run.config)
+    owner.add("config.json")
     w = run.model.weights
     arrays = {"ts": run.ts, "xs": run.xs, "Q": to_numpy(w.Q), "K": to_numpy(w.K), "V": to_numpy(w.V)}
     if w.ff is not None:
@@ -107,10 +147,16 @@ def write(run: Run, folder: str | Path) -> Path:
         if w.ff.bias is not None:
             arrays["bias"] = to_numpy(w.ff.bias)
     write_npz(folder / "trajectory.npz", **arrays)
+    owner.add("trajectory.npz")
     n, d = run.config["n"], run.config["d"]
+    if partial is not None:
+        write_json(folder / PARTIAL, {"reason": partial, "t_reached": float(run.ts[-1]), "saves": len(run.ts), "version": run.version})
+        owner.add(PARTIAL)
+        return folder
     plots.save(
         plots.trajectories(run.ts, run.xs, variable=run.variable, title=f"{n} tokens, d = {d}, {run.variable}-form"), folder / "trajectory.png"
     )
+    owner.add("trajectory.png", "trajectory.svg")
     write_json(
         folder / "summary.json",
         {
@@ -125,6 +171,7 @@ def write(run: Run, folder: str | Path) -> Path:
             "variable": run.variable,
         },
     )
+    owner.add("summary.json")
     return folder
 
 

@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attndyn.core.dynamics import Geometry, Kernel, Mask, Normalization, Scheme
+from attndyn.core.errors import UserError
 from attndyn.core.solvers import SolverName
 
 
@@ -160,7 +161,7 @@ class SimulationConfig(Strict):
     threads: int | None = Field(default=None, ge=1)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config that cannot be used; the message is one readable line."""
 
 
@@ -236,5 +237,5 @@ def load_meanfield_config(path: str | Path) -> MeanFieldConfig:
         raise ConfigError(_one_line(err)) from None
 
 
-class SweepError(ValueError):
+class SweepError(UserError):
     """A sweep that cannot run (bad file, changed file on an existing folder); the message is one line."""
