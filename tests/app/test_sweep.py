@@ -144,7 +144,7 @@ def test_each_task_row_names_its_grid_point(tmp_path):
 
 def test_a_measure_whose_shape_depends_on_the_point_fails_its_task_naming_it(tmp_path, faults):
     path = write_sweep(tmp_path, '"model.beta" = [1.0]\nseed = [0, 1]', 'measures = ["sweep_faults:seed_shaped"]')
-    summary = sweep.run(path, tmp_path / "out", workers=0)
+    summary = sweep.run(path, tmp_path / "out", workers=0, allow_import=True)
     assert summary.failed == 1
     assert "sweep_faults:seed_shaped" in summary.errors[0][1]
     assert "different shapes" in summary.errors[0][1]
@@ -335,7 +335,7 @@ def faults(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_a_killed_worker_is_retried(tmp_path, faults):
     path = write_sweep(tmp_path, GRID, 'measures = ["sweep_faults:die_once"]')
-    summary = sweep.run(path, tmp_path / "out", workers=2)
+    summary = sweep.run(path, tmp_path / "out", workers=2, allow_import=True)
     assert (tmp_path / "killed.mark").read_text() == "killed"  # a worker did die
     assert summary.done == 3
     assert summary.failed == 0
@@ -344,7 +344,11 @@ def test_a_killed_worker_is_retried(tmp_path, faults):
 
 def test_a_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, faults):
     path = write_sweep(tmp_path, GRID, 'measures = ["sweep_faults:fail_at_beta_2"]')
-    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out"), "--workers", "0"])
+    refused = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "refused"), "--workers", "0"])
+    assert refused.exit_code == 2
+    assert "--allow-import" in refused.output
+    assert not (tmp_path / "refused").exists()
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out"), "--workers", "0", "--allow-import"])
     assert result.exit_code == 1
     assert "deliberate failure at beta = 2" in result.output
     tasks, points = ledger_rows(tmp_path / "out")

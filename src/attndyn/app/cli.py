@@ -274,6 +274,9 @@ def sweep(
     measure: Annotated[str | None, typer.Option("--measure", help="plot: the measure to draw.")] = None,
     x: Annotated[str | None, typer.Option("--x", help="plot: the horizontal axis (a grid key or t).")] = None,
     y: Annotated[str | None, typer.Option("--y", help="plot: the vertical axis (a grid key or t).")] = None,
+    allow_import: Annotated[
+        bool, typer.Option("--allow-import", help="Allow measures named 'package.module:function' (imports and runs that code).")
+    ] = False,
 ) -> None:
     """Run, export or plot a resumable parameter sweep (Dask).
 
@@ -283,7 +286,7 @@ def sweep(
     """
     from attndyn.app.ledger import LEDGER
     from attndyn.app.sweep_driver import run as run_sweep
-    from attndyn.app.sweep_results import export, heatmap
+    from attndyn.app.sweep_results import export, plot
     from attndyn.workflow.grid import SweepError
 
     if target in ("export", "plot"):
@@ -295,9 +298,7 @@ def sweep(
             else:
                 if not (measure and x and y):
                     fail("attndyn sweep plot needs --measure, --x and --y")
-                from attndyn.workflow import plots
-
-                path = plots.save(heatmap(folder, measure, x, y), out or folder / f"{measure}_{x}_{y}.png")
+                path = plot(folder, measure, x, y, out)
         except SweepError as err:
             fail(str(err))
         console.print(f"wrote {path}")
@@ -322,7 +323,7 @@ def sweep(
             bar.update(task, completed=done, total=total)
 
         try:
-            summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update)
+            summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
         except SweepError as err:
             bar.stop()
             fail(f"{target}: {err}")

@@ -59,6 +59,27 @@ class Ledger:
     def __init__(self, folder: Path):
         self.path = Path(folder) / LEDGER
         self.db = sqlite3.connect(self.path, timeout=30)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as err:
+            self.db.close()
+            raise SweepError(f"the ledger {self.path} is damaged ({err}); {self.recoverable()}") from None
+
+    def recoverable(self) -> str:
+        """What a damaged ledger still holds, in words (what ``sqlite3 .recover`` could bring back)."""
+        try:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            try:
+                done = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            finally:
+                db.close()
+            return (
+                f"{done} task results are still readable: move the file aside and run `sqlite3 {self.path.name} .recover`, or rerun into a new folder"
+            )
+        except sqlite3.DatabaseError:
+            return "no task result can be read from it: move it aside and rerun the sweep to recompute them"
+
+    def _open(self) -> None:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         with self.db:

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attndyn.app.ledger import Ledger, encode_results
+from attndyn.app.ledger import LEDGER, Ledger, encode_results
+from attndyn.workflow import ownership
 from attndyn.workflow.grid import load_spec
 from attndyn.workflow.measures import measure_function
 from attndyn.workflow.schema import SweepError
@@ -44,16 +45,27 @@ def run(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    allow_import: bool = False,
 ) -> Summary:
-    """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring."""
+    """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring.
+
+    ``allow_import``: measures named ``package.module:function`` import (and so run) code named in
+    the sweep file; they are refused unless this is set (``--allow-import``). One driver per
+    folder: a second one exits with :class:`SweepError` naming the first (a lock that the OS
+    releases when its holder dies, SIGKILL included).
+    """
     sweep = load_spec(spec_path)
+    imported = [m for m in sweep.measures if ":" in m]
+    if imported and not allow_import:
+        raise SweepError(f"measure {imported[0]!r} imports code named in the sweep file; pass --allow-import to run it")
     for name in sweep.measures:
-        measure_function(name)  # unknown or unimportable measures fail here, before any work
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"--out {str(out)!r} exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
+        measure_function(name)  # unknown, unimportable or non-callable measures fail here, before any work
+    owner = ownership.claim(out, "sweep", "attndyn sweep")
+    out = owner.folder
+    lock = _lock(out)
+    owner.add(LOCK)
     ledger = Ledger(out)
+    owner.add(LEDGER)
     start = time.perf_counter()
     try:
         ledger.start(sweep)
@@ -83,6 +95,29 @@ def run(
         return Summary(total, counts.get("done", 0), counts.get("failed", 0), ran, time.perf_counter() - start, ledger.errors())
     finally:
         ledger.close()
+        lock.close()  # releases the lock (the OS does the same for a driver that dies)
+
+
+LOCK = "driver.lock"
+
+
+def _lock(folder: Path):
+    """An exclusive lock on ``folder/driver.lock`` held for the driver's life; SweepError naming the holder."""
+    import fcntl
+
+    handle = open(folder / LOCK, "a+")  # noqa: SIM115 (held open until the sweep ends)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise SweepError(f"{folder} is being run by another attndyn sweep driver (pid {holder}); wait for it to finish or stop it") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def _error_text(err: BaseException) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attndyn.app.ledger import LEDGER, Ledger, decode_results
+from attndyn.workflow import ownership
 from attndyn.workflow.schema import SweepError
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
         raise SweepError(f"format {fmt!r} is not one of netcdf, zarr, csv")
     ds = load(folder)
     target = Path(path) if path is not None else Path(folder) / f"results.{ext[fmt]}"
+    owner, rel = _writable(folder, target, "attndyn sweep export")
+    if target.is_dir() and fmt != "zarr":
+        raise SweepError(f"--out {str(target)!r} is a folder; {fmt} export writes a file")
+    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         part = Path(tmp) / target.name
         if fmt == "netcdf":
@@ -86,9 +91,11 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
             ds.to_zarr(part, mode="w", zarr_format=2, consolidated=True)  # v2: readable by every zarr reader
         else:
             ds.to_dataframe().to_csv(part)
-        if target.exists():
+        if target.exists():  # an earlier export of attndyn's (checked above)
             shutil.rmtree(target) if target.is_dir() else target.unlink()
         os.replace(part, target)
+    if rel is not None:
+        owner.add(rel)
     return target
 
 
@@ -107,3 +114,31 @@ def heatmap(folder: str | Path, measure: str, x: str, y: str) -> Figure:
         raise SweepError("--x and --y must differ")
     mean = da.mean([d for d in da.dims if d not in (x, y)], skipna=True).transpose(y, x)
     return plots.grid_heatmap(np.asarray(ds[x].values), np.asarray(ds[y].values), mean.values, xlabel=x, ylabel=y, label=measure)
+
+
+def _writable(folder: str | Path, target: Path, writer: str) -> tuple[ownership.Owner, str | None]:
+    """The sweep folder's owner and ``target``'s path inside it (None outside); SweepError when
+    ``target`` exists and attndyn did not write it."""
+    owner = ownership.claim(folder, "sweep", writer, option="the sweep folder")
+    inside = owner.folder.resolve() in target.resolve().parents
+    rel = target.resolve().relative_to(owner.folder.resolve()).as_posix() if inside else None
+    if target.exists() and rel not in owner.files:
+        kind = "a folder" if target.is_dir() else "a file"
+        raise SweepError(f"--out {str(target)!r} is {kind} attndyn did not write; name a new file")
+    return owner, rel
+
+
+def plot(folder: str | Path, measure: str, x: str, y: str, path: str | Path | None = None) -> Path:
+    """Draw :func:`heatmap` into ``path`` (default ``folder/MEASURE_X_Y.png``), never over a file attndyn did not write."""
+    from attndyn.workflow import plots
+
+    target = Path(path) if path is not None else Path(folder) / f"{measure}_{x}_{y}.png"
+    if target.suffix != ".png":
+        raise SweepError(f"--out {str(target)!r}: a plot is written as .png")
+    figure = heatmap(folder, measure, x, y)
+    owner, rel = _writable(folder, target, "attndyn sweep plot")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    plots.save(figure, target)
+    if rel is not None:
+        owner.add(rel, str(Path(rel).with_suffix(".svg")))
+    return target

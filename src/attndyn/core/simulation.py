@@ -73,7 +73,7 @@ def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
     _check_state(x, model)
     if model.geometry == "sphere":
         err = float((x.norm(dim=-1) - 1).abs().max())
-        if err > SPHERE_NORM_TOL:
+        if err > max(SPHERE_NORM_TOL, 64 * torch.finfo(x.dtype).eps):  # unit tokens to the dtype's rounding
             raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")
     return x
 
@@ -147,6 +147,10 @@ def simulate(
         except FloatingPointError as err:
             if model.rescaled and "non-finite" in str(err):
                 raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
+            if model.normalization == "unnormalized":
+                raise FloatingPointError(
+                    f"{err} The unnormalized weights e^(beta <Q x_i, K x_j>) overflow at beta = {model.beta:g}: lower beta or the tokens' scale."
+                ) from None
             raise
         return Trajectory(
             ts=torch.tensor(sol.ts, dtype=torch.float64),

@@ -303,6 +303,8 @@ def initial_step(
     d0 = error_norm(x, zero, x, rtol, atol, nbatch_dims)
     d1 = error_norm(k1, zero, x, rtol, atol, nbatch_dims)
     h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, max_step)
+    if not (math.isfinite(d1) and h0 > 0):
+        raise FloatingPointError(f"the field at t={t:.6g} is too large to take any step (scaled norm {d1:.3g}): the dynamics overflow.")
     k2 = f(t + h0, x + h0 * k1)
     d2 = error_norm(k2 - k1, zero, x, rtol, atol, nbatch_dims) / h0
     if d1 <= 1e-15 and d2 <= 1e-15:

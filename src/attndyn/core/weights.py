@@ -39,6 +39,11 @@ def as_float_tensor(value: np.ndarray | torch.Tensor | list | float, name: str) 
         raise TypeError(f"{name} has complex dtype {t.dtype} (shape {tuple(t.shape)}); a real floating dtype is needed.")
     if not t.is_floating_point():
         raise TypeError(f"{name} has dtype {t.dtype} (shape {tuple(t.shape)}); a floating dtype is needed (use float64).")
+    if t.dtype not in (torch.float64, torch.float32):
+        raise TypeError(
+            f"{name} has dtype {t.dtype}: attndyn integrates in float64 or float32 only (its tolerances and checks do not hold at "
+            "half precision); convert it with .double()."
+        )
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} (shape {tuple(t.shape)}) contains non-finite values.")
     return t

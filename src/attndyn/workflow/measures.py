@@ -91,7 +91,10 @@ def measure_function(name: str) -> Callable:
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
-            return getattr(importlib.import_module(module), attr)
+            function = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as err:
             raise SweepError(f"measure {name!r} cannot be imported: {err}") from None
+        if not callable(function):
+            raise SweepError(f"measure {name!r} is a {type(function).__name__}, not a function")
+        return function
     raise SweepError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (or 'package.module:function')")

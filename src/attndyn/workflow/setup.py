@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -164,8 +165,53 @@ def rng_for(seed: int, role: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROLES[role],)))
 
 
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation on this machine (None when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimated_bytes(config: SimulationConfig) -> int:
+    """A lower bound on the memory a run of ``config`` needs: the weights, the saved states, the
+    solver's stages, and the n x n attention of the dense kernel (O(n d) for the fused one)."""
+    n, d, w = config.n, config.d, config.weights
+    item = 8 if config.dtype == "float64" else 4
+    m = max(w.Q.m or d, w.K.m or d)
+    weights = w.heads * (2 * m * d + d * d) * 8
+    steps = save_times(config.solver).size if config.solver.save_log is None else config.solver.save_log + 1
+    states = (steps + 8) * n * d * item  # the saves, plus the Runge-Kutta stages and temporaries
+    attention = w.heads * n * n * item * 2 if config.model.attention == "dense" else 8 * n * d * item
+    return int(weights + states + attention)
+
+
+def check_budget(config: SimulationConfig) -> None:
+    """ConfigError before any allocation when a run cannot fit in memory or within ``max_steps``."""
+    s = config.solver
+    if s.dt is not None and s.t1 / s.dt > s.max_steps:
+        raise ConfigError(f"solver: t1 / dt = {s.t1 / s.dt:.4g} steps exceeds solver.max_steps = {s.max_steps}; raise max_steps or the step dt")
+    if s.save_every is not None and s.t1 / s.save_every > 10_000_000:
+        raise ConfigError(f"solver: t1 / save_every = {s.t1 / s.save_every:.4g} saves is more than 10^7; save less often")
+    need, have = estimated_bytes(config), available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"n = {config.n}, d = {config.d}, weights.heads = {config.weights.heads} need at least {need / 2**30:.3g} GiB "
+            f"({config.model.attention} attention), more than the {have / 2**30:.3g} GiB available"
+        )
+
+
 def build(config: SimulationConfig) -> Setup:
-    """Resolve a config into library objects. Raises ConfigError (one line) when inconsistent."""
+    """Resolve a config into library objects. Raises ConfigError (one line) when inconsistent, or
+    when it cannot run within its memory and step budgets (:func:`check_budget`, before any work)."""
+    check_budget(config)
     d, w, seed = config.d, config.weights, config.seed
     try:
         x0 = initial_state(config, rng_for(seed, "x0"))
