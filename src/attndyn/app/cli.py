@@ -58,6 +58,11 @@ def entry(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    for k, a in enumerate(args):  # Typer reads "" as the current folder: an empty path is refused here
+        option, eq, value = a.partition("=")
+        if option == "--out" and ((eq and not value.strip()) or (not eq and k + 1 < len(args) and not args[k + 1].strip())):
+            say("--out '' is an empty path; name a new or empty folder")
+            return 2
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading_main() else None
     try:
         code = app(args=args, prog_name="attndyn", standalone_mode=False)
@@ -70,12 +75,12 @@ def entry(argv: list[str] | None = None) -> int:
     except UserError as err:
         say(_one_line(err))
         return 2
-    except typer.exceptions.TyperException as err:  # usage errors of the vendored click: their own message
-        show = getattr(err, "show", None)
-        if show is None:
-            say(_one_line(err))
-        else:
-            show()
+    except typer.exceptions.TyperException as err:  # usage errors (an unknown option, a value of the wrong type)
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        ctx = getattr(err, "ctx", None)
+        where = f"{ctx.command_path} --help" if ctx is not None else "attndyn --help"
+        if message.strip():  # (no arguments at all: the help was shown, nothing to add)
+            say(f"{' '.join(message.split())} (see `{where}`)")
         return int(getattr(err, "exit_code", 2))
     except OSError as err:
         where = f" {err.filename}" if getattr(err, "filename", None) else ""
@@ -195,7 +200,7 @@ def simulate(
         runs.write(run, out)
     except RunFolderError as err:
         fail(str(err))
-    console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)")
+    console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)", markup=False)
 
 
 @app.command()
@@ -260,7 +265,7 @@ def meanfield(
         },
     )
     owner.add("summary.json")
-    console.print(f"wrote {out} ({sol.steps} steps, {wall:.2f} s)")
+    console.print(f"wrote {out} ({sol.steps} steps, {wall:.2f} s)", markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": False})
@@ -301,7 +306,7 @@ def sweep(
                 path = plot(folder, measure, x, y, out)
         except SweepError as err:
             fail(str(err))
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)
         return
     if folder is not None:
         fail(f"unexpected argument {str(folder)!r}: run a sweep with `attndyn sweep SWEEP.toml --out DIR`")
@@ -309,24 +314,36 @@ def sweep(
         fail("attndyn sweep SWEEP.toml needs --out DIR")
     if workers is not None and workers < 0:
         fail(f"--workers {workers} must be >= 0")
-    with Progress(
+    bar = Progress(
         TextColumn("sweep"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} tasks"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err_console,
-    ) as bar:
-        task = bar.add_task("sweep", total=None)
+    )
+    task = bar.add_task("sweep", total=None)
+    start = time.perf_counter()
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    def update(done: int, total: int) -> None:
+        # called from the first task on: the sweep file, the folder and the lock are checked by then,
+        # so a bad input prints its one line and no bar
+        if not bar.live.is_started:
+            bar.start()
+        bar.update(task, completed=done, total=total)
+        if not err_console.is_terminal and (done == total or done % max(1, total // 10) == 0):
+            bar.console.print(f"sweep: {done} of {total} tasks done, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False)
 
-        try:
-            summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
-        except SweepError as err:
-            bar.stop()
-            fail(f"{target}: {err}")
+    try:
+        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
+    except KeyboardInterrupt:
+        bar.stop()
+        say(f"the tasks done so far are kept in {out}; rerun the same command to resume", label="interrupted", style="bold yellow")
+        raise typer.Exit(130) from None
+    except SweepError as err:
+        bar.stop()
+        fail(f"{target}: {err}")
+    bar.stop()
     console.print(
         f"{summary.done} of {summary.total} tasks done ({summary.ran} run now, {summary.failed} failed) in {summary.seconds:.1f} s; "
         f"ledger {out / LEDGER}"
@@ -385,8 +402,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
         table.add_row(name, "monotone" if mono["monotone"] else f"VIOLATED by {mono['max_violation']:.3g}")
     console.print(table)
     for warning in result.warnings:
-        console.print(f"[bold yellow]warning:[/] {warning}")
-    console.print(f"wrote {run_dir / 'analysis.json'}")
+        say(warning, label="warning", style="bold yellow")
+    console.print(f"wrote {run_dir / 'analysis.json'}", markup=False)
 
 
 @app.command("list")
@@ -524,9 +541,9 @@ def _preview(page: Path) -> None:
     try:
         screenshot(page, page.parent / "preview.png")
     except BrowserUnavailable as err:
-        console.print(f"[dim]preview.png not written: {err}[/dim]")
+        console.print(f"preview.png not written: {err}", style="dim", markup=False)
     except Exception as err:  # playwright's own errors (a browser that fails to start)
-        console.print(f"[dim]preview.png not written: {type(err).__name__}: {str(err).splitlines()[0]}[/dim]")
+        console.print(f"preview.png not written: {type(err).__name__}: {str(err).splitlines()[0]}", style="dim", markup=False)
 
 
 @app.command()
@@ -551,7 +568,7 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
         fail(f"{err}; the old page was removed")
     owner.add("index.html", "results.json")
     _preview(page)
-    console.print(f"report: {page.resolve()}")
+    console.print(f"report: {page.resolve()}", markup=False)
 
 
 @app.command()
@@ -576,9 +593,7 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
         table.add_row(name, f"{c.value:.4g}", c.threshold, "-" if c.n_judged is None else str(c.n_judged), verdict)
     console.print(table)
     if record["recorded_verdict"] not in (None, record["verdict"]):
-        console.print(
-            f"[bold red]the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}[/]"
-        )
+        say(f"the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}", label="changed")
     raise typer.Exit(1 if record["verdict"] == "fail" else 0)
 
 
@@ -621,7 +636,9 @@ def checkpoint(
             )
     except CheckpointError as err:
         fail(str(err))
-    console.print(f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}")
+    console.print(
+        f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}", markup=False
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -83,7 +83,7 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
     if target.is_dir() and fmt != "zarr":
         raise SweepError(f"--out {str(target)!r} is a folder; {fmt} export writes a file")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".attndyn-export-") as tmp:
         part = Path(tmp) / target.name
         if fmt == "netcdf":
             ds.to_netcdf(part, engine="scipy")

@@ -83,7 +83,7 @@ def read_json(path: Path) -> dict:
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except Exception as err:  # any decoding failure (zip, header, dtype) means an unreadable file
         raise RunFolderError(f"{path} is not a readable .npz archive ({err.__class__.__name__})") from None

