@@ -2,7 +2,7 @@
 
 * Per RK4 step of ``simulate``: each scheme of SPEC §8.5 against Post-LN (the plain
   ``geometry="sphere"`` model) at (n, d) = (20, 2) dense and (4096, 64) fused. ``simulate``
-  integrates the radius-keeping schemes (nGPT, sqrt-scaling, Mix-LN before its switch) as Post-LN
+  integrates the schemes of one common speed (sqrt-scaling, Mix-LN before its switch) as Post-LN
   at speed c(t) (``attndyn.core.dynamics.unit_sphere_field``); the others through the split.
 * One projected Euler-Maruyama step of ``attndyn.core.noise`` against one deterministic Euler step of the
   same model (USA on the sphere) at the same sizes (dense at n = 20, 1024 at d = 64: USA is dense only).

@@ -27,8 +27,9 @@ CLAIM = ClaimInfo(
     hypotheses=(
         "Exact part: n = 6, d = 8, beta = 1.5, radii U[0.5, 2] (1 for Post-LN, whose tokens stay on the unit sphere), "
         "Mix-LN tau = 1, nGPT alpha = 0.5. Rates: n = 4, d = 4, beta = 1, "
-        "Dopri5 at rtol 1e-10; Post-LN fitted on t in [3, 9], Pre-LN on log t over t in [40, 400]. The Peri-LN and nGPT rows of "
-        "SPEC's table are marked uncertain there ([U]); the engine implements the table as written."
+        "Dopri5 at rtol 1e-10; Post-LN fitted on t in [3, 9], Pre-LN on log t over t in [40, 400]. nGPT normalises the attention "
+        "output before its step (s = |A| / alpha, arXiv 2410.01131); the Peri-LN row of SPEC's table is marked uncertain there ([U]) "
+        "and the engine implements it as written."
     ),
     kind="pass/fail",
 )
@@ -129,7 +130,7 @@ def expected_rates(config: Config, radii: np.ndarray) -> np.ndarray:
             "post": np.ones(n),
             "pre": radii,
             "peri": radii * norm_A,
-            "ngpt": np.full(n, 1 / config.alpha),
+            "ngpt": np.full(n, norm_A / config.alpha),  # s = |A| / alpha (SPEC §8.5, corrected)
             "sqrt": np.full(n, math.sqrt(t + 1)),
         }[scheme]
         inv = 1 / s

@@ -34,7 +34,16 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
         "kind": result.claim.kind,
         "verdict": result.verdict,
         "checks": [
-            {"name": name, "value": c.value, "threshold": c.threshold, "passed": c.passed, "note": c.note, "n_judged": c.n_judged}
+            {
+                "name": name,
+                "value": c.value,
+                "threshold": c.threshold,
+                "passed": c.passed,
+                "note": c.note,
+                "n_judged": c.n_judged,
+                "margin": c.margin,
+                "worst_case": c.worst_case,
+            }
             for name, c in result.checks.items()
         ],
         "params": result.params,

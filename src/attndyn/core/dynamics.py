@@ -18,11 +18,13 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
   x_j = r_j theta_j, with A_j = sum_k w_jk V theta_k evaluated at the directions and
   theta_j' = s_j^{-1} P_{theta_j} A_j: ``post`` (s = 1, r' = 0: the default, tokens on the unit
   sphere), ``pre`` (s = r, r' = <theta, A>: x' = A), ``mix`` (post until ``scheme_tau``, then pre),
-  ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = 1 / ``scheme_alpha``,
-  r' = 0) and ``sqrt`` (s = sqrt(t + 1), r' = 0). The Peri-LN and nGPT rows follow SPEC's table,
-  which marks them as read from truncated sources. From unit tokens the radius-keeping schemes
-  (nGPT, sqrt, Mix-LN before its switch) move like Post-LN at speed c(t):
-  ``unit_sphere_field`` is that form, which ``simulate`` integrates.
+  ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = |A| / ``scheme_alpha``,
+  r' = 0: nGPT normalises the attention output before its step, theta' = alpha P_theta A / |A|,
+  Loshchilov et al., arXiv 2410.01131; SPEC §8.5 as corrected on 2026-12-01) and ``sqrt``
+  (s = sqrt(t + 1), r' = 0). The Peri-LN row follows SPEC's table, which marks it as read from a
+  truncated source. From unit tokens the schemes whose speed is the same for every token
+  (sqrt, Mix-LN before its switch) move like Post-LN at speed c(t): ``unit_sphere_field`` is that
+  form, which ``simulate`` integrates.
 
 Combinations the mathematics does not define are rejected at construction. A ``Model`` holds
 parameters only: it has no cache, pickles small and carries no device tensors of its own.
@@ -371,26 +373,25 @@ def _feed_forward(out: torch.Tensor, args: Prepared) -> torch.Tensor:
     return out
 
 
-# schemes that keep every radius (r' = 0; Mix-LN until its switch) at a speed s that does not depend on the state
-RADIUS_KEEPING = ("ngpt", "sqrt", "mix")
+# schemes that keep every radius (r' = 0; Mix-LN until its switch) at a speed s that does not depend on
+# the state (nGPT keeps radii too, but its speed alpha / |A_j| differs from token to token)
+RADIUS_KEEPING = ("sqrt", "mix")
 
 
 def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The field :func:`attndyn.core.simulation.simulate` integrates on the sphere, where tokens start at
     unit norm.
 
-    Under nGPT, sqrt-scaling and Mix-LN before ``scheme_tau`` every radius is constant and the
-    speed s(t) is the same for all tokens, so tokens that start on the unit sphere stay there and
-    x' = c(t) P_x A(x) with c = ``scheme_alpha``, 1 / sqrt(t + 1) and 1: c(t) times the Post-LN
-    field. The two fields differ off the sphere only, so their solutions from unit tokens are the
-    same, and this one costs a Post-LN evaluation (the radius/direction split adds three small
+    Under sqrt-scaling and Mix-LN before ``scheme_tau`` every radius is constant and the speed
+    s(t) is the same for all tokens, so tokens that start on the unit sphere stay there and
+    x' = c(t) P_x A(x) with c = 1 / sqrt(t + 1) and 1: c(t) times the Post-LN field. The two
+    fields differ off the sphere only, so their solutions from unit tokens are the same, and this
+    one costs a Post-LN evaluation (the radius/direction split adds three small
     torch calls, a fifth to a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
     ``scheme_tau`` on, use :func:`vector_field`.
     """
     scheme = args.scheme
-    if scheme == "ngpt":
-        c = args.scheme_alpha
-    elif scheme == "sqrt":
+    if scheme == "sqrt":
         c = 1.0 / math.sqrt(t + 1.0)
     elif scheme == "mix" and t < args.scheme_tau:
         c = 1.0
@@ -416,8 +417,8 @@ def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Te
     perp = torch.addcmul(A, (A * theta).sum(-1, keepdim=True), theta, value=-1.0)
     if scheme == "post":
         return perp.mul_(r)
-    if scheme == "ngpt":
-        return perp.mul_(r).mul_(args.scheme_alpha) if args.scheme_alpha != 1.0 else perp.mul_(r)
+    if scheme == "ngpt":  # s = |A| / alpha
+        return perp.mul_(r * args.scheme_alpha / torch.linalg.vector_norm(A, dim=-1, keepdim=True))
     return perp.mul_(r).mul_(1.0 / math.sqrt(t + 1.0))  # sqrt-scaling
 
 
