@@ -223,3 +223,41 @@ def test_head_spectra_good_triple_uses_unsymmetrized_form():
     assert np.isclose(hs.qk_phi1, phi @ B @ phi)
     assert hs.good_triple == (phi @ B @ phi > 0)
     assert hs.eig_sym_QK.min() < 0 < hs.eig_sym_QK.max()
+
+
+# --- one definition of the cluster count that can say "one" (issue 21, item 7) ----------------------
+
+
+def test_a_collapse_counts_one_cluster_relative_to_where_it_started(rng):
+    start = rng.normal(0, 4.0, (30, 2))  # diameter ~13
+    collapsed = rng.normal(0, 5e-6, (30, 2))  # diameter ~2e-5: a point, seen from the start
+    assert clusters.stable_cluster_count(collapsed, scale=clusters.diameter_of(start)).count == 1
+    # without the reference scale the same points are a cloud of 30 (what analyze used to report)
+    assert clusters.stable_cluster_count(collapsed).count == 30
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_k_tight_clusters_count_k_at_any_common_scale(rng, scale, k):
+    centres = rng.normal(0, 1.0, (k, 3)) * scale * 10
+    pts = np.vstack([c + rng.normal(0, 1e-7 * scale, (6, 3)) for c in centres])
+    reference = clusters.diameter_of(pts) if k > 1 else scale * 10
+    assert clusters.stable_cluster_count(pts, scale=reference).count == k
+    if k > 1:
+        assert clusters.stable_cluster_count(pts).count == k
+
+
+def test_a_still_spreading_cloud_has_no_clusters(rng):
+    cloud = rng.uniform(-1, 1, (40, 2))
+    st = clusters.stable_cluster_count(cloud, scale=2.0)
+    assert st.count == 40  # every token its own: no gap separates groups
+
+
+def test_the_sweep_measure_and_analyze_count_a_collapse_alike(rng):
+    from attndyn.workflow.measures import cluster_count
+
+    xs = np.stack([rng.normal(0, 4.0, (30, 2)), rng.normal(0, 5e-6, (30, 2))])
+    assert cluster_count(np.array([0.0, 1.0]), xs, None, {"cluster_tol": 1e-3}) == 1.0
+    three = np.vstack([c + rng.normal(0, 1e-6, (10, 2)) for c in ([0, 0], [5, 0], [0, 5])])
+    xs = np.stack([rng.normal(0, 4.0, (30, 2)), three])
+    assert cluster_count(np.array([0.0, 1.0]), xs, None, {"cluster_tol": 1e-3}) == 3.0

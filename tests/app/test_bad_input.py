@@ -118,6 +118,11 @@ def _json_edit(path: Path, **changes):
     path.write_text(json.dumps(data))
 
 
+def _npz_keys(path: Path) -> list[str]:
+    with np.load(path) as data:
+        return list(data.files)
+
+
 def _npz_replace(path: Path, **arrays):
     with np.load(path) as data:
         content = {k: data[k] for k in data.files}
@@ -286,7 +291,7 @@ CASES = [
             w.copy_report(
                 "j6",
                 lambda r: _npz_replace(
-                    r / "runs/model-equivalence/arrays.npz", **{k: np.zeros(1) for k in np.load(r / "runs/model-equivalence/arrays.npz").files}
+                    r / "runs/model-equivalence/arrays.npz", **{k: np.zeros(1) for k in _npz_keys(r / "runs/model-equivalence/arrays.npz")}
                 ),
             )
             + "/runs/model-equivalence",

@@ -229,9 +229,9 @@ def test_meanfield_writes_a_complete_run_folder(tmp_path):
     assert result.exit_code == 0, result.output
     for name in ("config.json", "density.npz", "density.png", "order_parameter.png", "density.gif", "summary.json"):
         assert (out / name).is_file(), name
-    data = np.load(out / "density.npz")
-    assert data["rho"].shape == (5, 64)
-    np.testing.assert_allclose(data["ts"], [0, 0.25, 0.5, 0.75, 1.0])
+    with np.load(out / "density.npz") as data:
+        assert data["rho"].shape == (5, 64)
+        np.testing.assert_allclose(data["ts"], [0, 0.25, 0.5, 0.75, 1.0])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mass_drift"] < 1e-12
     assert summary["method"] == "spectral"

@@ -7,9 +7,12 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
 * ``cluster_labels(points, tol=...)``: single linkage at distance ``tol``; labels are integers
   numbered in order of first appearance.
 * ``cluster_count_profile(points, tols)``: the count at each tolerance (one linkage for all).
-* ``stable_cluster_count(points)``: the count that holds over the widest range of
-  log-tolerance inside a window ``[rel_min, rel_max] x diameter``, with that range. A count
-  without its range is not to be trusted (SPEC §6.7).
+* ``stable_cluster_count(points, scale=...)``: the count that holds over the widest range of
+  log-tolerance inside a window ``[rel_min, rel_max] x scale``, with that range. ``scale`` is the
+  reference length of the system (a trajectory's initial diameter; by default the points' own): a
+  system that shrank far below it counts one cluster, k tight clusters count k at any common
+  scale, a cloud without gaps counts every point. A count without its range is not to be trusted
+  (SPEC §6.7). ``analyze`` and the sweeps' ``cluster_count`` both use it.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
   each merging cluster.
 """
@@ -84,21 +87,34 @@ class StableCount:
     scale: float
 
 
-def stable_cluster_count(points: np.ndarray, *, rel_min: float = 1e-6, rel_max: float = 1.0) -> StableCount:
-    """The count that holds over the widest log-range of tolerances in ``[rel_min, rel_max] x diameter``.
+def diameter_of(points: np.ndarray) -> float:
+    """Twice the largest distance to the centroid (0 for one point): the scale the window uses."""
+    a = as_points(points)
+    return float(np.max(np.linalg.norm(a - a.mean(0), axis=1))) * 2 if len(a) > 1 else 0.0
 
-    The window keeps the two unbounded ranges (every point its own cluster below the smallest
-    merge distance, one cluster above the largest) finite; ``rel_min`` is the resolution below which
-    points count as one (SPEC §4.0 suggests 1e-3 of the data scale for converged limits).
+
+def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_min: float = 1e-6, rel_max: float = 1.0) -> StableCount:
+    """The count that holds over the widest log-range of tolerances in ``[rel_min, rel_max] x scale``.
+
+    ``scale``: the system's reference length, the larger of it and the points' own diameter (by
+    default the diameter alone). Relative to its own diameter a collapsed system is a cloud (30
+    points within 2e-5 of each other look like 30 clusters); relative to the diameter it started
+    from it is one point. The window keeps the two unbounded ranges (every point its own cluster
+    below the smallest merge distance, one cluster above the largest) finite; ``rel_min`` is the
+    resolution below which points count as one (SPEC §4.0 suggests 1e-3 of the data scale for
+    converged limits).
     """
     a = as_points(points)
     if not 0 < rel_min < rel_max:
         raise ValueError(f"need 0 < rel_min < rel_max; got rel_min={rel_min}, rel_max={rel_max}.")
     h = merge_heights(a)
-    diameter = float(np.max(np.linalg.norm(a - a.mean(0), axis=1))) * 2 if len(a) > 1 else 0.0
-    if diameter == 0.0:
-        return StableCount(1, 0.0, np.inf, np.inf, 0.0)
-    lo, hi = rel_min * diameter, rel_max * diameter
+    diameter = diameter_of(a)
+    if scale is not None and not (np.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale={scale!r} must be a finite number >= 0.")
+    reference = max(diameter, float(scale or 0.0))
+    if diameter <= rel_min * reference:  # one point at the resolution (all of them equal included)
+        return StableCount(1, diameter, np.inf, np.inf, diameter)
+    lo, hi = rel_min * reference, rel_max * reference
     # Count k holds on [h_(n-k), h_(n-k+1)) with h_0 = 0 and h_n = inf; clip to the window.
     edges = np.concatenate([[0.0], h, [np.inf]])
     best = None

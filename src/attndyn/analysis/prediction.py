@@ -185,7 +185,8 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
     else:
         space, path = "z", zs
     final = path[-1]
-    stable = clusters.stable_cluster_count(final)
+    # the count relative to where the system started: a collapse is one point, not a cloud
+    stable = clusters.stable_cluster_count(final, scale=clusters.diameter_of(path[0]))
     tol = math.sqrt(stable.tol_low * stable.tol_high) if np.isfinite(stable.tol_high) else max(stable.scale, 1.0)
     labels = clusters.cluster_labels(final, tol=tol) if stable.scale > 0 else np.zeros(len(final), dtype=np.int64)
     centres = [final[labels == k].mean(0).tolist() for k in range(labels.max() + 1)]

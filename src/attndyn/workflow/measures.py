@@ -54,15 +54,16 @@ def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: d
 
 
 def cluster_count(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
-    """Clusters at the last save time: the count stable over the widest range of tolerances above
-    ``cluster_tol`` (absolute; tokens closer than it are one cluster, so a collapsed system counts 1)."""
-    from attndyn.analysis.clusters import stable_cluster_count
+    """Clusters at the last save time, by the definition ``analyze`` uses
+    (:func:`attndyn.analysis.clusters.stable_cluster_count`): the count stable over the widest range
+    of tolerances from ``cluster_tol`` (absolute: tokens closer than it are one cluster) up to the
+    system's initial diameter, so a collapsed system counts 1."""
+    from attndyn.analysis.clusters import diameter_of, stable_cluster_count
 
-    x = xs[-1]
-    diameter = 2 * float(np.max(np.linalg.norm(x - x.mean(0), axis=1)))
-    if diameter <= options["cluster_tol"]:
+    reference = max(diameter_of(xs[0]), diameter_of(xs[-1]))
+    if reference <= options["cluster_tol"]:
         return 1.0
-    return float(stable_cluster_count(x, rel_min=options["cluster_tol"] / diameter).count)
+    return float(stable_cluster_count(xs[-1], scale=reference, rel_min=options["cluster_tol"] / reference).count)
 
 
 def boolean_distance(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:

@@ -1,0 +1,178 @@
+"""Trained causal decoders (LLaMA family): one typed description, and our own exact forward pass.
+
+Contract
+--------
+* :class:`Decoder` holds a pre-norm decoder in the Hugging Face layout (linear maps act as
+  ``y = x W^T``): token embeddings ``(vocab, d)``, per layer the RMSNorm weights before attention and
+  before the feed-forward block, ``W_q (H hd, d)``, ``W_k``/``W_v`` ``(KV hd, d)``, ``W_o (d, H hd)``,
+  the SwiGLU maps ``gate``/``up (f, d)`` and ``down (d, f)``; the final norm, the output head (tied
+  to the embeddings when the file says so), RoPE's base and the RMSNorm epsilon. Query head h reads
+  key/value head ``h // (H / KV)`` (grouped-query attention).
+* ``forward(decoder, ids)`` runs the network on one sequence with the model's own conventions:
+  RMSNorm ``x / sqrt(mean(x^2) + eps) * w``, RoPE on query/key pairs ``(i, i + hd/2)`` (the layout
+  the Hugging Face checkpoints use; GGUF readers undo llama.cpp's interleaving), scores
+  ``q k^T / sqrt(hd)`` with the causal mask, softmax, GQA, the residual stream after every layer,
+  and every attention matrix (per head, after mask and softmax). float64 or float32, any device.
+* ``head_weights(decoder, layer, head)``: the head as the particle model's
+  :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
+
+It is a second implementation of the architecture, tested against ``transformers`` on tiny random
+models that the tests build, and on SmolLM2-135M (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attndyn.core.weights import Weights
+
+
+@dataclass(frozen=True)
+class DecoderLayer:
+    attn_norm: torch.Tensor  # (d,)
+    W_q: torch.Tensor  # (H hd, d)
+    W_k: torch.Tensor  # (KV hd, d)
+    W_v: torch.Tensor  # (KV hd, d)
+    W_o: torch.Tensor  # (d, H hd)
+    ffn_norm: torch.Tensor  # (d,)
+    gate: torch.Tensor  # (f, d)
+    up: torch.Tensor  # (f, d)
+    down: torch.Tensor  # (d, f)
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A LLaMA-family decoder (see the module docstring); ``name`` and ``source`` say what was read."""
+
+    name: str
+    source: str
+    embed: torch.Tensor  # (vocab, d)
+    layers: tuple[DecoderLayer, ...]
+    norm: torch.Tensor  # (d,)
+    head: torch.Tensor  # (vocab, d); the embeddings themselves when tied
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rope_base: float
+    eps: float
+    tokenizer: object | None = None  # a tokenizers.Tokenizer, when the file carries one
+
+    def __post_init__(self):
+        d = self.embed.shape[1]
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{self.name}: {self.heads} query heads do not split into {self.kv_heads} key/value groups")
+        for k, layer in enumerate(self.layers):
+            expected = {
+                "W_q": (self.heads * self.head_dim, d),
+                "W_k": (self.kv_heads * self.head_dim, d),
+                "W_v": (self.kv_heads * self.head_dim, d),
+                "W_o": (d, self.heads * self.head_dim),
+                "attn_norm": (d,),
+                "ffn_norm": (d,),
+            }
+            for key, shape in expected.items():
+                if tuple(getattr(layer, key).shape) != shape:
+                    raise ValueError(f"{self.name}: layer {k} {key} has shape {tuple(getattr(layer, key).shape)}, expected {shape}")
+
+    @property
+    def d_model(self) -> int:
+        return int(self.embed.shape[1])
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.heads // self.kv_heads
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError(f"{self.name} carries no tokenizer; pass token ids")
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            raise ValueError(f"{self.name} carries no tokenizer")
+        return self.tokenizer.decode(list(ids))
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The real network on one sequence: ``hidden`` ``(L + 1, n, d)`` (the embeddings, then the
+    residual stream after every layer, before the final norm), ``attentions`` ``(L, H, n, n)`` and
+    the ``logits`` ``(n, vocab)`` of the last layer's normed output."""
+
+    ids: list[int]
+    hidden: torch.Tensor
+    attentions: torch.Tensor
+    logits: torch.Tensor
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_tables(n: int, head_dim: int, base: float, *, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin ``(n, hd)`` for positions 0..n-1, frequencies ``base^(-2i/hd)`` repeated over the two halves."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
+    angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (i, i + hd/2) of ``x`` ``(..., n, hd)`` by the position angles."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> Forward:
+    """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring)."""
+    ids_t = torch.as_tensor(ids, dtype=torch.long, device=device)
+    if ids_t.ndim != 1 or ids_t.numel() == 0:
+        raise ValueError(f"ids must be a non-empty 1-D sequence of token ids; got shape {tuple(ids_t.shape)}")
+    vocab = decoder.embed.shape[0]
+    if int(ids_t.min()) < 0 or int(ids_t.max()) >= vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab}); got {int(ids_t.min())}..{int(ids_t.max())}")
+    if dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"dtype {dtype} is not float64 or float32")
+    cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
+    n, H, KV, hd = ids_t.numel(), decoder.heads, decoder.kv_heads, decoder.head_dim
+    x = cast(decoder.embed)[ids_t]
+    cos, sin = rope_tables(n, hd, decoder.rope_base, dtype=dtype, device=device)
+    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    hidden, attentions = [x], []
+    for layer in decoder.layers:
+        h = rms_norm(x, cast(layer.attn_norm), decoder.eps)
+        q = (h @ cast(layer.W_q).T).view(n, H, hd).transpose(0, 1)
+        k = (h @ cast(layer.W_k).T).view(n, KV, hd).transpose(0, 1)
+        v = (h @ cast(layer.W_v).T).view(n, KV, hd).transpose(0, 1)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        scores = scores.masked_fill(~mask, -math.inf)
+        P = torch.softmax(scores, dim=-1)  # subtracts the row maximum
+        attentions.append(P)
+        out = (P @ v).transpose(0, 1).reshape(n, H * hd)
+        x = x + out @ cast(layer.W_o).T
+        h = rms_norm(x, cast(layer.ffn_norm), decoder.eps)
+        x = x + (torch.nn.functional.silu(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
+        hidden.append(x)
+    logits = rms_norm(x, cast(decoder.norm), decoder.eps) @ cast(decoder.head).T
+    return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
+
+
+def head_weights(decoder: Decoder, layer: int, head: int) -> Weights:
+    """One attention head as the particle model's weights: Q = W_q,h and K = W_k of its key/value
+    group (hd x d), V = W_o,h W_v,h (d x d, rank hd). RoPE is left out (the position-free kernel)."""
+    if not 0 <= layer < len(decoder.layers):
+        raise ValueError(f"layer {layer} is not in 0..{len(decoder.layers) - 1}")
+    if not 0 <= head < decoder.heads:
+        raise ValueError(f"head {head} is not in 0..{decoder.heads - 1}")
+    L, hd, g = decoder.layers[layer], decoder.head_dim, head // decoder.group
+    Q = L.W_q[head * hd : (head + 1) * hd].double()
+    K = L.W_k[g * hd : (g + 1) * hd].double()
+    V = L.W_o[:, head * hd : (head + 1) * hd].double() @ L.W_v[g * hd : (g + 1) * hd].double()
+    return Weights(Q, K, V)
