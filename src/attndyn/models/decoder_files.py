@@ -265,6 +265,8 @@ def read_hf_llama(folder: str | Path) -> Decoder:
 
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     try:
-        return Decoder(folder.name, str(folder), embed, layers, get("model.norm.weight"), head, H, KV, hd, float(rope), float(config["rms_norm_eps"]), tokenizer)
+        return Decoder(
+            folder.name, str(folder), embed, layers, get("model.norm.weight"), head, H, KV, hd, float(rope), float(config["rms_norm_eps"]), tokenizer
+        )
     except ValueError as err:
         raise CheckpointError(str(err)) from None
