@@ -260,3 +260,71 @@ def test_smollm2_forward_equals_transformers_loading_the_same_file(smollm2_pair,
         assert rel < 1e-4, f"layer {k}: relative error {rel:.3g}"
     rel = float((ours.logits - ref.logits[0]).norm() / ref.logits[0].norm())
     assert rel < 1e-4
+
+
+# --- token geometry, heads and the particle twin ---------------------------------------------------
+
+
+def test_attention_measures_on_constructed_attention():
+    from attndyn.models.decoder_geometry import attention_measures
+
+    n = 64  # the protocol's prompt length: a uniform causal head puts mean_i 1/i = 0.07 on token 0
+    sink = np.zeros((n, n))
+    sink[:, 0] = 1.0  # every query attends to token 0 only: the rank-one Boolean matrix 1 e_0^T
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    m = attention_measures(np.stack([sink, uniform]))
+    assert m["sink_rate"] == 0.5
+    assert m["first_token_sole_leader"] == 0.5
+    assert m["boolean_distance"] == pytest.approx(np.median([0.0, 0.5]))
+
+
+def test_twin_of_a_layer_equals_the_attention_sublayer_without_rope(tmp_path):
+    """The particle model the twin builds (Pre-LN on the sphere, RMSNorm folded into Q, K, V, causal,
+    grouped heads) moves the tokens by exactly the decoder's attention sublayer when RoPE is off."""
+    import attndyn as ad
+    from attndyn.models import decoder_geometry as geo
+    from attndyn.models.decoder import DecoderLayer, rms_norm
+
+    model, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    dec = read_hf_llama(folder)
+    x = torch.randn(7, dec.d_model, dtype=torch.float64)
+    L = dec.layers[1]
+    # the attention sublayer by hand, without RoPE
+    h = rms_norm(x, L.attn_norm, 0.0)
+    hd, n = dec.head_dim, x.shape[0]
+    q = (h @ L.W_q.T).view(n, dec.heads, hd).transpose(0, 1)
+    k = (h @ L.W_k.T).view(n, dec.kv_heads, hd).transpose(0, 1).repeat_interleave(dec.group, 0)
+    v = (h @ L.W_v.T).view(n, dec.kv_heads, hd).transpose(0, 1).repeat_interleave(dec.group, 0)
+    s = (q @ k.transpose(-1, -2)) / hd**0.5
+    P = torch.softmax(s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf), -1)
+    want = (P @ v).transpose(0, 1).reshape(n, -1) @ L.W_o.T
+    got = ad.velocity(0.0, x.numpy(), geo._twin_model(dec, 1))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
+    assert isinstance(L, DecoderLayer)
+
+
+@needs_smollm2
+@pytest.mark.checkpoint
+def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
+    import json
+
+    from attndyn.app.cli import entry
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(
+        "The cat sat on the mat and looked out of the window at the birds in the garden, "
+        "which were busy with the seeds that the old man had scattered on the path that morning before the rain came.\n\n"
+        "Numbers can be added, multiplied and compared; the rules that govern them were written down long ago, "
+        "yet children still discover them for themselves, one surprised question at a time, at the kitchen table.\n"
+    )
+    out = tmp_path / "smol"
+    assert entry(["checkpoint", "smollm2", "--prompts", str(prompts), "--twin-layers", "3,20", "--out", str(out)]) == 0
+    record = json.loads((out / "decoder.json").read_text())
+    assert record["layers"] == 30
+    assert len(record["per_layer"]) == 31
+    assert len(record["per_head"]) == 30 * 9
+    assert [t["layer"] for t in record["twin"]] == [3, 20]
+    assert all(0 <= r["sink_rate"] <= 1 for r in record["per_layer"][1:])
+    for name in ("layers.csv", "heads.csv", "index.html", "figures/cosine.png", "figures/sinks.png"):
+        assert (out / name).is_file(), name
+    assert "SmolLM2" in (out / "index.html").read_text() or "Smollm2" in (out / "index.html").read_text()

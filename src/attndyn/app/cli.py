@@ -601,7 +601,7 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
 
 @app.command()
 def checkpoint(
-    path: Annotated[str, typer.Argument(help="Checkpoint folder (config.json + model.safetensors), or 'minilm'.")],
+    path: Annotated[str, typer.Argument(help="'minilm' or a BERT-family folder; 'smollm2', a .gguf file or a LLaMA folder for a causal decoder.")],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
     layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
     head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
@@ -609,19 +609,27 @@ def checkpoint(
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
     device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="Decoders: a text file of prompts, one per paragraph.")] = None,
+    twin_layers: Annotated[str | None, typer.Option("--twin-layers", help="Decoders: particle-twin layers, e.g. 0,7,15.")] = None,
 ) -> None:
     """Head spectra and dynamics of a trained checkpoint.
 
-    Spectra of every head, and the dynamics its weights drive against its hidden states.
+    Encoders (MiniLM, BERT folders): spectra of every head, and the dynamics its weights drive
+    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA folders): token geometry
+    of every layer on a set of prompts, attention sinks and leaders, head spectra, and the particle
+    twin of chosen layers.
     """
     from attndyn.app.checkpoint_page import checkpoint_report
     from attndyn.models.bert import CheckpointError
 
     dev, torch_dtype = engine_options(device, dtype)
+    if _is_decoder(path):
+        _decoder(path, out, prompts, twin_layers, layer, head, torch_dtype)
+        return
 
     if out.exists() and not out.is_dir():
         fail(f"--out {str(out)!r} exists and is not a folder")
-    bar = Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err_console, transient=True)
+    bar = _status()
     try:
         with bar:
             task = bar.add_task("loading checkpoint")
@@ -640,6 +648,57 @@ def checkpoint(
         fail(str(err))
     console.print(
         f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}", markup=False
+    )
+
+
+def _status() -> Progress:
+    """A one-line status with the elapsed time, erased when done (the long steps of ``checkpoint``)."""
+    return Progress(TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console, transient=True)
+
+
+def _is_decoder(path: str) -> bool:
+    p = Path(path)
+    if path.lower() == "smollm2" or p.suffix == ".gguf":
+        return True
+    try:
+        return (p / "config.json").is_file() and '"llama"' in (p / "config.json").read_text()
+    except OSError:
+        return False
+
+
+def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None, layer: int, head: int | None, torch_dtype) -> None:
+    """``attndyn checkpoint`` for causal decoders (see :mod:`attndyn.app.decoder_page`)."""
+    from attndyn.app.decoder_page import decoder_report, prompts_from
+    from attndyn.workflow import ownership
+
+    try:
+        texts = prompts_from(prompts)
+    except (OSError, UnicodeDecodeError) as err:
+        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
+    except ValueError as err:
+        fail(str(err))
+    try:
+        layers = None if twin_layers is None else tuple(int(v) for v in twin_layers.split(","))
+    except ValueError:
+        fail(f"--twin-layers {twin_layers!r} is not a comma-separated list of layer numbers")
+    ownership.check(out, "checkpoint")
+    bar = _status()
+    with bar:
+        task = bar.add_task("reading the model")
+        record = decoder_report(
+            path,
+            prompts=texts,
+            out=out,
+            twin_layers=layers,
+            heatmap=None if head is None else (layer, head),
+            dtype=torch_dtype,
+            progress=lambda msg: bar.update(task, description=msg),
+        )
+    last = record["per_layer"][-1]
+    console.print(
+        f"{record['model']}: {record['prompts']} prompts, {record['layers']} layers in {record['seconds']:.1f} s; at the last layer "
+        f"mean cosine {last['mean_cosine']:.3f}, sink rate {last['sink_rate']:.2f}; report: {(out / 'index.html').resolve()}",
+        markup=False,
     )
 
 

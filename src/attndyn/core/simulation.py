@@ -71,7 +71,9 @@ def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
     if n == 0 or d == 0:
         raise ValueError(f"x0 has shape {tuple(x.shape)}; n and d must both be positive.")
     _check_state(x, model)
-    if model.geometry == "sphere":
+    # Post-LN, sqrt-scaling and Mix-LN (Post-LN first) move unit tokens; Pre-LN, Peri-LN and nGPT
+    # split any x into a radius and a direction (SPEC §8.5), so their tokens may have any norm
+    if model.geometry == "sphere" and model.scheme in ("post", "sqrt", "mix"):
         err = float((x.norm(dim=-1) - 1).abs().max())
         if err > max(SPHERE_NORM_TOL, 64 * torch.finfo(x.dtype).eps):  # unit tokens to the dtype's rounding
             raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")

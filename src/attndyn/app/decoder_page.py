@@ -1,0 +1,204 @@
+"""``attndyn checkpoint smollm2|FILE.gguf|LLAMA_FOLDER``: token geometry of a trained decoder across
+depth, its heads, and the particle twin of chosen layers (edge: files and figures).
+
+Contract
+--------
+``decoder_report(name_or_path, prompts=..., out=...)`` runs the real network on every prompt
+(:mod:`attndyn.models.decoder`), and writes into ``out`` (an attndyn ``checkpoint`` folder, see
+:mod:`attndyn.workflow.ownership`): ``decoder.json`` (the per-layer table, the per-head table, the
+twin), ``layers.csv``, ``heads.csv``, figures (token geometry against depth; an attention map of a
+chosen head; the heads' spectra) and ``index.html``, the page last. Returns the JSON record.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attndyn import __version__
+from attndyn.models import decoder_geometry as geo
+from attndyn.models.decoder import forward
+from attndyn.models.decoder_files import load_decoder
+from attndyn.workflow import ownership
+from attndyn.workflow.files import atomic_write_text, write_json
+
+TWIN_PROMPTS = 4  # the twin runs on the first prompts (one RK4 flow of a layer costs about a second)
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def decoder_report(
+    name_or_path: str,
+    *,
+    prompts: list[str],
+    out: Path,
+    twin_layers: tuple[int, ...] | None = None,
+    heatmap: tuple[int, int] | None = None,
+    dtype: torch.dtype = torch.float32,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    from attndyn.workflow import plots
+
+    step = progress or (lambda msg: None)
+    step("reading the model")
+    dec = load_decoder(name_or_path)
+    if dec.tokenizer is None:
+        raise ValueError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
+    L = len(dec.layers)
+    twin_layers = tuple(twin_layers) if twin_layers is not None else tuple(sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2}))
+    bad = [k for k in twin_layers if not 0 <= k < L - 1]
+    if bad:
+        raise ValueError(f"twin layer {bad[0]} is not in 0..{L - 2}")
+    lay, head = heatmap if heatmap is not None else (L // 2, 0)
+    if not (0 <= lay < L and 0 <= head < dec.heads):
+        raise ValueError(f"--head-map {lay},{head} is not a layer in 0..{L - 1} and a head in 0..{dec.heads - 1}")
+    owner = ownership.claim(out, "checkpoint", "attndyn checkpoint")
+    ownership.clear(owner)
+    out = owner.folder
+    (out / "figures").mkdir(exist_ok=True)
+    start = time.perf_counter()
+    step(f"forward passes of {len(prompts)} prompts")
+    fws = [forward(dec, dec.encode(p), dtype=dtype) for p in prompts]
+    step("token geometry of every layer")
+    layers = geo.layer_table(fws)
+    step("spectra of every head")
+    heads = geo.head_table(dec, regime_layers=twin_layers)
+    step("particle twins")
+    twins = [{**geo.twin(dec, fw, k), "prompt": i} for k in twin_layers for i, fw in enumerate(fws[:TWIN_PROMPTS])]
+    summary = []
+    for k in twin_layers:
+        rows = [t for t in twins if t["layer"] == k]
+        summary.append({key: float(np.mean([t[key] for t in rows])) for key in ("identity", "one_step", "flow", "best_one_step")} | {"layer": k})
+    depth = np.arange(L + 1)
+    col = lambda key: np.array([r.get(key, np.nan) for r in layers])  # noqa: E731
+    figures = {
+        "cosine": plots.curves(
+            depth,
+            {"raw": col("mean_cosine"), "without token 0": col("mean_cosine_without_first"), "standardised": col("standardized_cosine")},
+            xlabel="layer",
+            ylabel="mean pairwise cosine",
+            title=f"{dec.name}: token geometry across depth ({len(prompts)} prompts)",
+        ),
+        "sinks": plots.curves(
+            depth[1:],
+            {
+                "sink rate (heads with mean attention on token 0 > 0.3)": col("sink_rate")[1:],
+                "token 0 sole leader": col("first_token_sole_leader")[1:],
+            },
+            xlabel="layer",
+            ylabel="fraction of heads",
+            title=f"{dec.name}: attention sinks and leaders",
+        ),
+        "ranks": plots.curves(
+            depth,
+            {"effective rank": col("effective_rank"), "stable rank": col("stable_rank")},
+            xlabel="layer",
+            ylabel="rank of the token matrix",
+            title=f"{dec.name}: ranks across depth",
+        ),
+        "norms": plots.curves(
+            depth,
+            {"|h_0| / median |h_i|": col("massive_ratio"), "median |h|": col("median_norm")},
+            xlabel="layer",
+            ylabel="norm",
+            title=f"{dec.name}: massive activations and residual growth",
+            logy=True,
+        ),
+        "heads": plots.curves(
+            np.array([h["effective_beta"] for h in heads]),
+            {},
+            xlabel="effective beta = ||Q_h^T K_h|| / sqrt(hd)",
+            ylabel="top real part of eig(W_O,h W_V,h)",
+            title=f"{dec.name}: {len(heads)} heads",
+            points={"heads": (np.array([h["effective_beta"] for h in heads]), np.array([h["top_eig_V_real"] for h in heads]))},
+        ),
+        f"attention_L{lay}_H{head}": plots.attention_heatmaps(
+            [fws[0].attentions[lay, head].double().numpy()], np.array([lay]), [0], tol=1e-4, title=f"layer {lay}, head {head}: P (prompt 0)"
+        ),
+    }
+    names = []
+    for name, fig in figures.items():
+        plots.save(fig, out / "figures" / f"{name}.png")
+        names.append(f"figures/{name}.png")
+    owner.add(*names, *(str(Path(n).with_suffix(".svg")) for n in names))
+    record = {
+        "version": __version__,
+        "model": dec.name,
+        "source": dec.source,
+        "layers": L,
+        "heads": dec.heads,
+        "kv_heads": dec.kv_heads,
+        "head_dim": dec.head_dim,
+        "d_model": dec.d_model,
+        "prompts": len(prompts),
+        "tokens": [len(f.ids) for f in fws],
+        "dtype": str(dtype).removeprefix("torch."),
+        "per_layer": layers,
+        "per_head": heads,
+        "twin": summary,
+        "twin_per_prompt": twins,
+        "figures": names,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    atomic_write_text(out / "layers.csv", _csv(layers))
+    atomic_write_text(out / "heads.csv", _csv(heads))
+    write_json(out / "decoder.json", record)
+    owner.add("layers.csv", "heads.csv", "decoder.json")
+    atomic_write_text(out / "index.html", render(record))
+    owner.add("index.html")
+    return record
+
+
+def _num(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and not np.isfinite(v)) else (f"{v:.4g}" if isinstance(v, float) else html.escape(str(v)))
+
+
+def render(r: dict) -> str:
+    keys = ["layer", "mean_cosine", "mean_cosine_without_first", "standardized_cosine", "clusters", "effective_rank", "stable_rank",
+            "massive_ratio", "norm_growth", "sink_rate", "first_token_sole_leader", "attention_entropy", "boolean_distance"]  # fmt: skip
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    rows = "".join("<tr>" + "".join(f"<td>{_num(row.get(k))}</td>" for k in keys) + "</tr>" for row in r["per_layer"])
+    twin = "".join(
+        f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td></tr>"
+        for t in r["twin"]
+    )
+    hk = ["layer", "head", "kv_group", "effective_beta", "top_eig_V_real", "top_eig_V_imag", "regime"]
+    hrows = "".join("<tr>" + "".join(f"<td>{_num(h.get(k))}</td>" for k in hk) + "</tr>" for h in r["per_head"])
+    figs = "".join(f'<figure><img src="{html.escape(f)}" alt="{html.escape(f)}"></figure>' for f in r["figures"])
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(r['model'])}: token geometry</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1300px;margin:auto;padding:1em}table{border-collapse:collapse;font-size:.8em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}figure{display:inline-block;margin:4px}img{max-width:620px}</style></head><body>"
+        f"<h1>{html.escape(r['model'])}</h1><p>{r['layers']} layers, {r['heads']} query heads sharing {r['kv_heads']} key/value heads, "
+        f"head dimension {r['head_dim']}, width {r['d_model']}; {r['prompts']} prompts of {min(r['tokens'])}-{max(r['tokens'])} tokens, "
+        f"{html.escape(r['dtype'])}, attndyn {html.escape(r['version'])}.</p>"
+        f"<div>{figs}</div><h2>Per layer</h2><table><tr>{head}</tr>{rows}</table>"
+        "<h2>Particle twin</h2><p>Mean 1 - cos over tokens between the real layer l + 1 and: the layer's input (nothing moves), one "
+        "residual step of the particle model with layer l's own attention (pre-norm, causal, grouped heads, no RoPE, no feed-forward), "
+        "its flow over unit time, and the one step at the best multiple of beta.</p>"
+        f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th></tr>{twin}</table>"
+        f"<h2>Per head</h2><details><summary>{len(r['per_head'])} heads</summary>"
+        f"<table><tr>{''.join(f'<th>{k}</th>' for k in hk)}</tr>{hrows}</table></details>"
+        "</body></html>"
+    )
+
+
+def prompts_from(path: Path | None) -> list[str]:
+    from attndyn.models.prompts import PROMPTS, read_prompts
+
+    return list(PROMPTS) if path is None else read_prompts(path)

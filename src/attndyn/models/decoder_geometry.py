@@ -1,0 +1,189 @@
+"""Token geometry across the depth of a trained decoder, its heads' spectra, and a particle twin.
+
+Contract
+--------
+* ``layer_table(forwards)``: per layer (0 = the embeddings), averaged over prompts: the mean
+  pairwise cosine of the tokens (raw; without the first token; after per-dimension
+  standardisation, since one to three "rogue" dimensions dominate raw cosines in trained models),
+  the cluster count of the unit tokens (:func:`attndyn.analysis.clusters.stable_cluster_count`) with
+  its stability in decades, the effective and stable rank of the token matrix, the massive-activation
+  ratio ``|h_0| / median_i |h_i|``, the residual-norm growth ``median |h^l| / median |h^(l-1)|``
+  (standardisation uses every prompt's tokens at that layer, the first token left out); and
+  for each layer's attention: the sink rate (the fraction of heads whose mean attention on token 0
+  over the queries exceeds 0.3, Gu et al., ICLR 2025, arXiv 2410.10781), the mean row entropy, the
+  median Boolean distance ``max_ij min(P_ij, 1 - P_ij)`` (SPEC §2.1), and the fraction of heads whose
+  nearest Boolean matrix is ``1 e_0^T``: the first token as the only leader, which is what an
+  attention sink is in the paper's language.
+* ``head_table(decoder)``: per layer and head, the spectrum of the value-output map
+  ``W_O,h W_V,h`` and the norm of the position-free kernel ``Q_h^T K_h`` (RoPE left out: it rotates
+  pairs of coordinates by position and is not a property of the weights alone) as an effective
+  beta, and for chosen layers the regime of the paper that applies to the head alone
+  (:func:`attndyn.analysis.spectra.regime`).
+* ``twin(decoder, forward, layer)``: the particle model with layer ``layer``'s own attention
+  (pre-norm as the sphere's Pre-LN scheme with RMSNorm's weights folded into Q, K, V; causal;
+  every head, with its key/value group; no RoPE, no feed-forward), started from the real hidden
+  state at that layer: one residual step (dt = 1) and the continuous flow over unit time, each
+  compared with the real next layer by the mean of ``1 - cos`` over tokens, beside the identity
+  (nothing moves) and the best multiple of the layer's beta for the one-step twin.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from attndyn.analysis.clusters import stable_cluster_count
+from attndyn.core.dynamics import Model, velocity
+from attndyn.core.simulation import simulate
+from attndyn.core.solvers import RK4, FixedStep
+from attndyn.core.weights import Weights
+from attndyn.models.decoder import Decoder, Forward, head_weights
+from attndyn.models.token_geometry import effective_rank, mean_cosine
+
+SINK_THRESHOLD = 0.3  # Gu et al.: mean attention on the first token above this marks a sink head
+
+
+def standardized_cosine(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+    """Mean pairwise cosine after per-dimension standardisation with corpus statistics (the mean and
+    standard deviation of each dimension over every prompt's tokens at that layer; standardising
+    with one prompt's own statistics would centre its tokens and force the answer to ~ -1/(n-1))."""
+    return mean_cosine((x - mean) / np.maximum(std, 1e-12))
+
+
+def stable_rank(x: np.ndarray) -> float:
+    s = np.linalg.svd(x, compute_uv=False)
+    return float((s**2).sum() / s[0] ** 2)
+
+
+def attention_measures(P: np.ndarray) -> dict:
+    """Measures of one layer's attention ``(H, n, n)`` (causal rows)."""
+    on_first = P[:, :, 0].mean(1)
+    rows = np.clip(P, 1e-300, 1.0)
+    entropy = float(-(P * np.log(rows)).sum(-1).mean())
+    boolean = np.minimum(P, 1 - P).max(axis=(1, 2))
+    first_leader = (P[:, :, 0] > 0.5).all(1)  # every row's nearest Boolean entry is column 0
+    return {
+        "sink_rate": float((on_first > SINK_THRESHOLD).mean()),
+        "attention_on_first": float(on_first.mean()),
+        "attention_entropy": entropy,
+        "boolean_distance": float(np.median(boolean)),
+        "first_token_sole_leader": float(first_leader.mean()),
+    }
+
+
+def layer_table(forwards: list[Forward]) -> list[dict]:
+    """Per-layer token geometry averaged over prompts (see the module docstring)."""
+    if not forwards:
+        raise ValueError("layer_table needs at least one forward pass")
+    L = forwards[0].hidden.shape[0] - 1
+    rows = []
+    for layer in range(L + 1):
+        pooled = np.concatenate([fw.hidden[layer, 1:].double().numpy() for fw in forwards])
+        mean, std = pooled.mean(0), pooled.std(0)
+        per_prompt = []
+        for fw in forwards:
+            h = fw.hidden[layer].double().numpy()
+            norms = np.linalg.norm(h, axis=1)
+            unit = h / norms[:, None]
+            count = stable_cluster_count(unit, scale=2.0, rel_min=1e-3)
+            m = {
+                "mean_cosine": mean_cosine(h),
+                "mean_cosine_without_first": mean_cosine(h[1:]) if len(h) > 2 else float("nan"),
+                "standardized_cosine": standardized_cosine(h[1:], mean, std) if len(h) > 2 else float("nan"),
+                "clusters": count.count,
+                "cluster_decades": count.decades,
+                "effective_rank": effective_rank(h),
+                "stable_rank": stable_rank(h),
+                "massive_ratio": float(norms[0] / np.median(norms[1:])) if len(h) > 1 else float("nan"),
+                "median_norm": float(np.median(norms)),
+            }
+            if layer > 0:
+                m.update(attention_measures(fw.attentions[layer - 1].double().numpy()))
+            per_prompt.append(m)
+        row = {"layer": layer}
+        for key in per_prompt[0]:
+            row[key] = float(np.mean([m[key] for m in per_prompt]))
+        rows.append(row)
+    for k in range(1, len(rows)):
+        rows[k]["norm_growth"] = rows[k]["median_norm"] / rows[k - 1]["median_norm"]
+    rows[0]["norm_growth"] = float("nan")
+    return rows
+
+
+def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = ()) -> list[dict]:
+    """Per layer and head: the spectra of the position-free head, its effective beta, and (for the
+    layers in ``regime_layers``) the paper's regime of the head alone.
+
+    V = W_O,h W_V,h has rank hd: its non-zero eigenvalues are those of the hd x hd matrix
+    W_V,h W_O,h, and ||Q^T K||_2 = ||R K||_2 with Q^T = U R (thin QR), so the table costs hd-sized
+    decompositions, not d-sized ones (about 0.4 s a head at d = 576 otherwise)."""
+    from attndyn.analysis.spectra import regime
+
+    beta = 1.0 / math.sqrt(decoder.head_dim)
+    hd = decoder.head_dim
+    out = []
+    for layer in range(len(decoder.layers)):
+        L = decoder.layers[layer]
+        for head in range(decoder.heads):
+            g = head // decoder.group
+            Q = L.W_q[head * hd : (head + 1) * hd].double()
+            K = L.W_k[g * hd : (g + 1) * hd].double()
+            small = L.W_v[g * hd : (g + 1) * hd].double() @ L.W_o[:, head * hd : (head + 1) * hd].double()
+            eig_V = torch.linalg.eigvals(small).numpy()
+            _, R = torch.linalg.qr(Q.T)
+            norm_QK = float(torch.linalg.matrix_norm(R @ K, ord=2))
+            top = eig_V[np.argmax(eig_V.real)]
+            row = {
+                "layer": layer,
+                "head": head,
+                "kv_group": g,
+                "effective_beta": beta * norm_QK,
+                "top_eig_V_real": float(top.real),
+                "top_eig_V_imag": float(top.imag),
+                "top_eig_V_abs": float(np.max(np.abs(eig_V))),
+                "top_real_positive": bool(top.real > 0 and abs(top.imag) <= 1e-9 * abs(top)),
+            }
+            if layer in regime_layers:
+                row["regime"] = regime(head_weights(decoder, layer, head), beta=beta).name
+            out.append(row)
+    return out
+
+
+def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0) -> Model:
+    """Layer ``layer``'s attention as a particle model on the sphere under Pre-LN (see the module docstring)."""
+    L, d = decoder.layers[layer], decoder.d_model
+    fold = torch.diag(L.attn_norm.double()) * math.sqrt(d)  # RMSNorm(x) = sqrt(d) (x / |x|) * w
+    Qs, Ks, Vs = [], [], []
+    for head in range(decoder.heads):
+        W = head_weights(decoder, layer, head)
+        Qs.append(W.Q[0] @ fold)
+        Ks.append(W.K[0] @ fold)
+        Vs.append(W.V[0] @ fold)
+    weights = Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs))
+    return Model(weights, beta=scale / math.sqrt(decoder.head_dim), mask="causal", geometry="sphere", scheme="pre")
+
+
+def _discrepancy(pred: np.ndarray, real: np.ndarray) -> float:
+    cos = (pred * real).sum(1) / (np.linalg.norm(pred, axis=1) * np.linalg.norm(real, axis=1))
+    return float(np.mean(1 - cos))
+
+
+def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> dict:
+    """The particle twin of one layer against the real next layer (see the module docstring)."""
+    x = fw.hidden[layer].double().numpy()
+    real = fw.hidden[layer + 1].double().numpy()
+    model = _twin_model(decoder, layer)
+    step = x + velocity(0.0, x, model)
+    flow = simulate(model, x, [0.0, 1.0], solver=RK4(), step=FixedStep(0.125)).numpy()[1][-1]
+    by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s)), real) for s in scales}
+    best = min(by_scale, key=by_scale.get)
+    return {
+        "layer": layer,
+        "identity": _discrepancy(x, real),
+        "one_step": _discrepancy(step, real),
+        "flow": _discrepancy(flow, real),
+        "best_beta_multiple": float(best),
+        "best_one_step": by_scale[best],
+    }

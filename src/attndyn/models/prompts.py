@@ -1,0 +1,69 @@
+"""A small set of real English prompts, written for attndyn (no network, no data files).
+
+Each is a paragraph of plain prose, long enough (at least 64 tokens with the SmolLM2 tokenizer) for
+the attention-sink protocol of Gu et al. (ICLR 2025), which reads sinks on prompts of 64 tokens or
+more. Users pass their own file with ``--prompts`` (one prompt per paragraph, blank-line separated).
+"""
+
+from pathlib import Path
+
+PROMPTS = (
+    "The river rose slowly through the night, and by morning the low fields on the eastern bank were under a thin sheet of "
+    "brown water. Farmers walked the levee with lanterns, counting the sandbags and arguing about whether the old bridge would "
+    "hold. Nobody slept much. When the sun came up, the water had stopped rising, and a heron stood in the flooded orchard as "
+    "if it had always lived there.",
+    "A good experiment begins with a question small enough to answer. You decide in advance what you will measure, how often, "
+    "and what result would prove you wrong. Then you write it down, because memory is generous to the people who own it. Most "
+    "of the work is boring: cleaning the glassware, checking the scale, repeating the same reading until the numbers stop "
+    "drifting. The surprise, when it comes, arrives quietly.",
+    "The library closed at nine, but the reading room on the top floor stayed warm long after the lights went out. Students "
+    "left their coats on the chairs to keep their places, and the cleaner, who had worked there for thirty years, never moved "
+    "them. She said the building remembered who came back. On exam nights she left the radiator valve open a little wider and "
+    "pretended not to notice the sandwiches hidden under the desks.",
+    "To bake bread you need flour, water, salt and time. Mix the flour and water until no dry patches remain, and let the "
+    "dough rest for half an hour before you add the salt. Fold it every thirty minutes during the first two hours, then leave "
+    "it alone until it has nearly doubled. Shape it gently, proof it overnight in the cold, and bake it in a very hot oven "
+    "with steam for the first twenty minutes.",
+    "In the early days of the railway, every town kept its own time, set by the sun at noon. A train that left one city at "
+    "ten o'clock could arrive in the next at a time that seemed to run backwards. Timetables were printed with columns of "
+    "corrections, and passengers missed connections that existed only on paper. It took decades of complaints, conferences "
+    "and quarrels before the railways agreed to share a single clock across the country.",
+    "The city council met on Tuesday to discuss the new bus routes. Residents of the northern districts asked for more "
+    "frequent service in the evenings, when many of them travel home from late shifts. The transport office replied that the "
+    "budget allowed either more buses or longer routes, but not both. After two hours of debate the council voted to run a "
+    "six month trial and to publish the passenger counts every week on its website.",
+    "Bees find their way home by the sun, even on cloudy days, because they can see the pattern of polarized light in a "
+    "patch of blue sky. A forager that discovers a rich field of flowers returns to the hive and dances on the comb. The angle "
+    "of the dance tells the others the direction to fly, measured from the sun, and the length of the waggling run tells them "
+    "how far. Within an hour the field is busy with sisters.",
+    "My grandfather kept a notebook of every repair he made on the farm: the date, the tool, the part, and what had gone "
+    "wrong. When he died we found forty of them in a biscuit tin under the stairs. Reading them is like reading the weather "
+    "of a whole life. There are years of broken fences and frozen pipes, a summer when the tractor failed three times, and "
+    "one page that says only: fixed the gate, finally.",
+    "A map is always a choice about what to leave out. A sailor needs depths and lighthouses, a hiker needs contour lines and "
+    "springs, and a city planner needs sewers and property boundaries that no visitor will ever see. The same coastline "
+    "drawn for each of them looks like three different places. The best maps admit what they ignore, in a small box in the "
+    "corner that almost nobody reads.",
+    "The orchestra tuned for a long time that evening because the hall was cold and the strings kept slipping. The conductor "
+    "waited with her hands folded, listening to each section in turn. When she finally raised the baton the room went so "
+    "quiet that you could hear the rain on the roof. The first notes came from the cellos, low and uncertain, and then the "
+    "violins answered as if they had been waiting all winter.",
+    "Learning a language as an adult is mostly a matter of tolerating embarrassment. You will order the wrong dish, greet "
+    "your neighbour with the word for towel, and confuse the past tense with the future for months. People are kinder about "
+    "this than you expect. The trick is to keep talking anyway, to write down the sentences that surprised you, and to read "
+    "children's books without shame, since they were written to teach exactly this.",
+    "The storm reached the coast just after midnight. Wind pulled tiles from the roofs along the harbour, and the fishing "
+    "boats, tied two and three deep, knocked against each other until dawn. By six the worst had passed. People came out in "
+    "boots to look at the damage, carrying brooms and coffee, and the baker opened an hour early because, he said, nobody "
+    "should clear a street on an empty stomach.",
+)
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """Prompts from a text file: paragraphs separated by blank lines (lines of one paragraph joined)."""
+    text = Path(path).read_text(encoding="utf-8")
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    prompts = [p for p in paragraphs if p]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompt (paragraphs separated by blank lines)")
+    return prompts
