@@ -36,6 +36,7 @@ TINY = {
     "metastability": {"betas": [30.0, 60.0], "saves": 150, "pair_beta": 100.0},
     "noisy": {"n": 32, "seeds": 2, "T": 4.0, "kappas": [1.0, 4.0]},
     "trained-spectra": {},
+    "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 

@@ -41,6 +41,7 @@ EXPERIMENTS = {
     "noisy": "noisy",
     "metastability": "metastability",
     "trained-spectra": "trained_spectra",
+    "trained-decoder": "trained_decoder",
 }
 
 
