@@ -51,6 +51,10 @@ def test_large_states_use_the_free_cores(no_env, monkeypatch):
     monkeypatch.setattr(threads, "others_busy", lambda: None)  # unknown load: every core
     assert threads.choose(1e9) == 2
     assert threads.choose(threads.state_work((1, 20, 2))) == 1
+    # a batch of small systems crosses over sooner than one system of the same work
+    work = threads.state_work((8, 32, 3))
+    assert threads.choose(work, batch=8) == 2
+    assert threads.choose(work, batch=1) == 1
 
 
 def test_simulate_takes_the_cores_for_a_large_state(no_env, monkeypatch):

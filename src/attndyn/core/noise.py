@@ -24,7 +24,7 @@ import torch
 
 from attndyn.core.dynamics import Model, prepare, vector_field
 from attndyn.core.threads import policy as threads_policy
-from attndyn.core.threads import state_work
+from attndyn.core.threads import state_batch, state_work
 from attndyn.core.weights import as_float_tensor
 
 
@@ -67,7 +67,7 @@ def simulate_sde(
     gen = None
     if seed is not None:
         gen = torch.Generator(device=x.device).manual_seed(int(seed))
-    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+    with threads_policy(state_work(x.shape, model.weights.heads), threads, batch=state_batch(x.shape)):
         args = prepare(model, x)
         sigma = math.sqrt(2.0 / kappa)
         out = [x.clone()] if marks[0] == 0 else []

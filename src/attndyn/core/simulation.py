@@ -33,7 +33,7 @@ import torch
 from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
 from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau, integrate
 from attndyn.core.threads import policy as threads_policy
-from attndyn.core.threads import state_work
+from attndyn.core.threads import state_batch, state_work
 from attndyn.core.weights import Weights, as_float_tensor, to_numpy
 
 # Unit vectors on the sphere: |x_i| = 1 to this tolerance at t0.
@@ -122,7 +122,7 @@ def simulate(
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
     x = prepare_state(model, x0)
-    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+    with threads_policy(state_work(x.shape, model.weights.heads), threads, batch=state_batch(x.shape)):
         if span:
             reason = span_obstruction(model)
             if reason is not None:
@@ -231,7 +231,7 @@ def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *,
     ``ts`` of the result are ``k * dt``. ``threads``: as for :func:`simulate`.
     """
     x = prepare_state(model, x0)
-    with threads_policy(state_work(x.shape, model.weights.heads), threads):
+    with threads_policy(state_work(x.shape, model.weights.heads), threads, batch=state_batch(x.shape)):
         if not isinstance(layers, int) or layers < 0:
             raise ValueError(f"layers={layers!r} must be a non-negative integer.")
         dt = float(step_size)

@@ -12,7 +12,8 @@ The rule, in order:
 1. an explicit ``threads`` argument (or config key ``threads``, or CLI ``--threads``);
 2. the environment variable ``ATTNDYN_THREADS`` (a positive integer);
 3. one thread when the work of one field evaluation, ``batch * heads * n^2 * d``, is below
-   :data:`CROSSOVER`: there the per-call cost of waking a second thread exceeds what it saves;
+   :data:`CROSSOVER` (:data:`BATCH_CROSSOVER` for a batch of 4 or more systems): there the
+   per-call cost of waking a second thread exceeds what it saves;
 4. above it, every core this process may run on, less the cores that other processes kept busy
    since the last decision (read from ``/proc/stat`` on Linux; elsewhere all cores).
 
@@ -31,11 +32,16 @@ from collections.abc import Iterator
 
 import torch
 
-# B * heads * n^2 * d of one field evaluation above which a second thread pays on an idle machine.
+# B * heads * n^2 * d of one field evaluation above which a second thread pays on an idle machine:
+# for one system, and for a batch of systems (parallel over the members pays sooner: (8, 32, 3),
+# work 2.5e4, ran at 0.83x the one-thread time on two idle cores; one system of work 3.3e4 at 1.54x).
 CROSSOVER = 2.5e5
+BATCH_CROSSOVER = 2e4
 ENV = "ATTNDYN_THREADS"
-# The window over which other processes' CPU use is read when no recent reading exists (seconds).
-_SAMPLE = 0.02
+# The window over which other processes' CPU use is read when no recent reading exists (seconds):
+# /proc/stat counts in 10 ms ticks, so 50 ms gives five ticks a core (20 ms, two, misread a
+# competitor as half a core often enough to choose two threads beside it).
+_SAMPLE = 0.05
 _last: tuple[float, float, float, float] | None = None  # (wall, busy jiffies, total jiffies, own CPU seconds)
 
 
@@ -101,20 +107,31 @@ def others_busy() -> float | None:
     return max(0.0, busy_cores - own_cores)
 
 
-def choose(work: float, threads: int | None = None) -> int:
-    """The intra-op thread count for one call whose field evaluation costs ``work`` (see the module docstring)."""
+def choose(work: float, threads: int | None = None, *, batch: int = 1) -> int:
+    """The intra-op thread count for one call whose field evaluation costs ``work`` over ``batch``
+    systems (see the module docstring)."""
     if threads is not None:
         return check_threads(threads)
     env = requested()
     if env is not None:
         return env
-    if work < CROSSOVER:
+    if work < (BATCH_CROSSOVER if batch >= 4 else CROSSOVER):
         return 1
     available = cores()
     busy = others_busy()
     if busy is None:
         return available
-    return max(1, min(available, int(available - busy + 0.5)))
+    # a core counts as free when others used less than a quarter of it: beside a competitor, one
+    # thread is the safe side (two threads beside one cost 1.4-3.5x, one thread alone costs 1.3-1.6x)
+    return max(1, min(available, int(available - busy + 0.25)))
+
+
+def state_batch(shape: tuple[int, ...]) -> int:
+    """The number of systems in a state of shape ``(*batch, n, d)``."""
+    b = 1
+    for s in shape[:-2]:
+        b *= int(s)
+    return b
 
 
 def state_work(shape: tuple[int, ...], heads: int = 1) -> float:
@@ -129,9 +146,9 @@ def state_work(shape: tuple[int, ...], heads: int = 1) -> float:
 
 
 @contextlib.contextmanager
-def policy(work: float, threads: int | None = None) -> Iterator[int]:
+def policy(work: float, threads: int | None = None, *, batch: int = 1) -> Iterator[int]:
     """Run the body with :func:`choose`'s thread count; the previous count is restored on exit."""
-    k = choose(work, threads)
+    k = choose(work, threads, batch=batch)
     previous = torch.get_num_threads()
     if k != previous:
         torch.set_num_threads(k)
