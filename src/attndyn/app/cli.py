@@ -6,6 +6,7 @@ User errors (bad config, bad path, unreadable run folder) print one line to stde
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -661,9 +662,9 @@ def _is_decoder(path: str) -> bool:
     if path.lower() == "smollm2" or p.suffix == ".gguf":
         return True
     try:
-        return (p / "config.json").is_file() and '"llama"' in (p / "config.json").read_text()
-    except OSError:
-        return False
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") == "llama"
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False  # the encoder reader names what is wrong with the folder
 
 
 def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None, layer: int, head: int | None, torch_dtype) -> None:

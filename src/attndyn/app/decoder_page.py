@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from attndyn import __version__
+from attndyn.claims.trained_decoder import depth_figures
 from attndyn.models import decoder_geometry as geo
+from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import load_decoder
 from attndyn.workflow import ownership
@@ -57,15 +59,15 @@ def decoder_report(
     step("reading the model")
     dec = load_decoder(name_or_path)
     if dec.tokenizer is None:
-        raise ValueError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
+        raise CheckpointError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
     L = len(dec.layers)
     twin_layers = tuple(twin_layers) if twin_layers is not None else tuple(sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2}))
     bad = [k for k in twin_layers if not 0 <= k < L - 1]
     if bad:
-        raise ValueError(f"twin layer {bad[0]} is not in 0..{L - 2}")
+        raise CheckpointError(f"--twin-layers: layer {bad[0]} is not in 0..{L - 2} (the twin is compared with the next layer)")
     lay, head = heatmap if heatmap is not None else (L // 2, 0)
     if not (0 <= lay < L and 0 <= head < dec.heads):
-        raise ValueError(f"--head-map {lay},{head} is not a layer in 0..{L - 1} and a head in 0..{dec.heads - 1}")
+        raise CheckpointError(f"--layer {lay} --head {head}: the attention map needs a layer in 0..{L - 1} and a head in 0..{dec.heads - 1}")
     owner = ownership.claim(out, "checkpoint", "attndyn checkpoint")
     ownership.clear(owner)
     out = owner.folder
@@ -86,23 +88,7 @@ def decoder_report(
     depth = np.arange(L + 1)
     col = lambda key: np.array([r.get(key, np.nan) for r in layers])  # noqa: E731
     figures = {
-        "cosine": plots.curves(
-            depth,
-            {"raw": col("mean_cosine"), "without token 0": col("mean_cosine_without_first"), "standardised": col("standardized_cosine")},
-            xlabel="layer",
-            ylabel="mean pairwise cosine",
-            title=f"{dec.name}: token geometry across depth ({len(prompts)} prompts)",
-        ),
-        "sinks": plots.curves(
-            depth[1:],
-            {
-                "sink rate (heads with mean attention on token 0 > 0.3)": col("sink_rate")[1:],
-                "token 0 sole leader": col("first_token_sole_leader")[1:],
-            },
-            xlabel="layer",
-            ylabel="fraction of heads",
-            title=f"{dec.name}: attention sinks and leaders",
-        ),
+        **depth_figures(dec.name, {key: col(key) for key in layers[-1] if key != "layer"}, prompts=len(prompts)),
         "ranks": plots.curves(
             depth,
             {"effective rank": col("effective_rank"), "stable rank": col("stable_rank")},

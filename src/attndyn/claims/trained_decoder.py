@@ -80,8 +80,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     return checks, {"sink_onset_layer": onset}
 
 
-def figures(result: Result) -> dict:
-    a = result.arrays
+def depth_figures(name: str, a: dict, *, prompts: int) -> dict:
+    """Token geometry and attention sinks against depth, from per-layer columns (also the checkpoint page's)."""
     depth = np.arange(len(a["mean_cosine"]))
     return {
         "cosine": plots.curves(
@@ -89,13 +89,17 @@ def figures(result: Result) -> dict:
             {"raw": a["mean_cosine"], "without token 0": a["mean_cosine_without_first"], "standardised": a["standardized_cosine"]},
             xlabel="layer",
             ylabel="mean pairwise cosine",
-            title="SmolLM2-135M: token geometry across depth",
+            title=f"{name}: token geometry across depth ({prompts} prompts)",
         ),
         "sinks": plots.curves(
             depth[1:],
-            {"sink rate": a["sink_rate"][1:], "token 0 sole leader": a["first_token_sole_leader"][1:]},
+            {"sink rate (mean attention on token 0 > 0.3)": a["sink_rate"][1:], "token 0 sole leader": a["first_token_sole_leader"][1:]},
             xlabel="layer",
             ylabel="fraction of heads",
-            title="SmolLM2-135M: attention sinks and leaders",
+            title=f"{name}: attention sinks and leaders",
         ),
     }
+
+
+def figures(result: Result) -> dict:
+    return depth_figures("SmolLM2-135M", result.arrays, prompts=len(result.arrays["tokens"]))
