@@ -66,13 +66,14 @@ def test_against_scipy_on_the_device(cuda, dtype, tol, rescaled, rng):
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 2e-5)])
-@pytest.mark.parametrize("mask", ["full", "causal"])
+@pytest.mark.parametrize("mask", ["full", "causal", "window"])
 def test_fused_equals_dense_on_the_device(cuda, dtype, tol, mask, rng):
     W = random_weights(rng, 8, heads=2)
     x = torch.as_tensor(rng.normal(size=(3, 64, 8)), dtype=dtype, device=cuda)
-    dense = vector_field(0.0, x, prepare(ad.Model(W, mask=mask), x))
-    fused = vector_field(0.0, x, prepare(ad.Model(W, mask=mask, attention="fused"), x))
+    kw = {"mask": mask, "window": 5 if mask == "window" else None}
+    dense = vector_field(0.0, x, prepare(ad.Model(W, **kw), x))
+    fused = vector_field(0.0, x, prepare(ad.Model(W, attention="fused", **kw), x))
     torch.testing.assert_close(fused, dense, atol=tol, rtol=0)
     # and both equal the host float64 field
-    host = vector_field(0.0, x.double().cpu(), prepare(ad.Model(W, mask=mask), x.double().cpu()))
+    host = vector_field(0.0, x.double().cpu(), prepare(ad.Model(W, **kw), x.double().cpu()))
     torch.testing.assert_close(dense.double().cpu(), host, atol=tol * 10, rtol=0)

@@ -154,7 +154,7 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
     ts, xs = traj.numpy()
     if not np.isfinite(xs).all():
         raise ValueError("the trajectory contains non-finite states.")
-    follow_up = model.geometry == "sphere" or model.mask == "causal" or model.normalization == "unnormalized"
+    follow_up = model.geometry == "sphere" or model.mask != "full" or model.normalization == "unnormalized"
     if follow_up:
         reg = spectra.Regime("none", "a follow-up model (SPEC §5): the paper's theorems are about full softmax attention in R^d", "", "", "")
     else:

@@ -14,7 +14,8 @@ Two sibling implementations: ``dense_attention`` builds the n x n scores explici
 reference, any weighting); ``fused_attention`` (softmax only) calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
 inputs so that torch picks its flash kernel (O(n) extra memory). Shapes: ``x`` is
 ``(B, n, d)``, ``values`` is ``(B, H, n, dv)``, ``Q``/``K`` are ``(H, m, d)``; the result is
-``(B, H, n, dv)``.
+``(B, H, n, dv)``. Masks: ``causal`` (j <= i) and, with it, a sliding ``window`` of width w
+(i - w < j <= i), the local attention of SPEC §9.3.
 """
 
 from __future__ import annotations
@@ -65,9 +66,14 @@ def scores(x: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float, M: t
     return L if scale == 1.0 else L * scale
 
 
-def causal_mask(n: int, device: torch.device | str) -> torch.Tensor:
-    """Boolean ``(n, n)`` mask, True where token i may NOT attend to j (j > i)."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+def causal_mask(n: int, device: torch.device | str, window: int | None = None) -> torch.Tensor:
+    """Boolean ``(n, n)`` mask, True where token i may NOT attend to j: j > i and, with a sliding
+    ``window`` of width w, also j <= i - w (token i sees itself and the w - 1 tokens before it)."""
+    ones = torch.ones(n, n, dtype=torch.bool, device=device)
+    blocked = ones.triu(1)
+    if window is not None:
+        blocked |= ones.tril(-int(window))
+    return blocked
 
 
 def resolve_beta(beta: float) -> tuple[float, bool]:
@@ -86,8 +92,9 @@ def all_finite(t: torch.Tensor) -> bool:
     return math.isfinite(float(t.sum()))
 
 
-def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, check: bool = True) -> torch.Tensor:
-    """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``).
+def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, check: bool = True, window: int | None = None) -> torch.Tensor:
+    """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``); ``causal`` masks j > i,
+    and ``window`` (with ``causal``) also j <= i - window.
 
     ``check`` verifies the scores (and USA weights) are finite, a host synchronisation; the
     solvers' step loop passes ``False`` and checks the state at save times instead.
@@ -96,7 +103,7 @@ def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, 
         raise FloatingPointError("attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large.")
     n = L.shape[-1]
     if causal:
-        L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
+        L = L.masked_fill(causal_mask(n, L.device, window), -torch.inf)
     if weighting == "hardmax":
         rowmax = L.amax(-1, keepdim=True)
         finite = torch.where(torch.isfinite(L), L.abs(), torch.zeros_like(L))
@@ -124,19 +131,23 @@ def dense_attention(
     causal: bool = False,
     M: torch.Tensor | None = None,
     check: bool = True,
+    window: int | None = None,
 ) -> torch.Tensor:
     """``sum_j A_ij values_j`` per head with the ``n x n`` weights built explicitly: ``(B, H, n, dv)``.
 
     The readable reference; ``M = Q^T K`` may be given (see :func:`scores`). Any weighting.
     """
-    A = weights_from_scores(scores(x, Q, K, scale, M), weighting=weighting, causal=causal, check=check)
+    A = weights_from_scores(scores(x, Q, K, scale, M), weighting=weighting, causal=causal, check=check, window=window)
     return A @ values
 
 
-def fused_attention(x: torch.Tensor, values: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, *, scale: float, causal: bool = False) -> torch.Tensor:
+def fused_attention(
+    x: torch.Tensor, values: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, *, scale: float, causal: bool = False, window: int | None = None
+) -> torch.Tensor:
     """``sum_j softmax_j(scale <Q x_i, K x_j>) values_j`` through SDPA: ``(B, H, n, dv)``, O(n) memory.
 
-    Softmax only. Called with 4-D inputs so that torch picks its flash kernel on the CPU.
+    Softmax only. Called with 4-D inputs so that torch picks its flash kernel on the CPU. A sliding
+    ``window`` is passed to SDPA as a Boolean mask (an ``n x n`` Boolean, no longer the flash kernel).
     """
     q = project(x, Q)
     k = project(x, K)
@@ -147,4 +158,7 @@ def fused_attention(x: torch.Tensor, values: torch.Tensor, Q: torch.Tensor, K: t
     B, H = values.shape[:2]
     q = q.expand(B, H, *q.shape[2:])
     k = k.expand(B, H, *k.shape[2:])
+    if causal and window is not None:
+        allowed = ~causal_mask(x.shape[-2], x.device, window)
+        return F.scaled_dot_product_attention(q, k, values, attn_mask=allowed, scale=scale)
     return F.scaled_dot_product_attention(q, k, values, scale=scale, is_causal=causal)

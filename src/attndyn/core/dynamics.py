@@ -10,7 +10,8 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``rescaled=True``: ``z_i' = sum_j P_ij V (z_j - z_i)`` with P evaluated at ``x = e^{tV} z``
   (eq. e:Rres). ``e^{tV}`` uses the closed form ``e^{lambda t}`` when V = lambda I;
 * ``weights.ff``: ``W sigma(attention term + b)`` (eq. mlp.transfo, §1.7);
-* ``mask="causal"``: token i attends to j <= i (§5.2);
+* ``mask="causal"``: token i attends to j <= i (§5.2); ``mask="window"`` with ``window=w``: token i
+  attends to i - w < j <= i, a causal sliding window (§9.3; w >= n is the causal mask);
 * ``beta=math.inf``: hardmax, uniform over the argmax set (§5.3);
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
 * ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
@@ -49,7 +50,7 @@ from attndyn.core.attention import scores as _scores
 from attndyn.core.weights import Weights, as_float_tensor
 
 # Model options: defined once, reused by the config schema (attndyn.workflow.schema).
-Mask = Literal["full", "causal"]
+Mask = Literal["full", "causal", "window"]
 Geometry = Literal["euclidean", "sphere"]
 Kernel = Literal["dense", "fused"]
 Normalization = Literal["softmax", "unnormalized"]
@@ -84,11 +85,18 @@ class Model:
     scheme: Scheme = "post"
     scheme_tau: float = 1.0
     scheme_alpha: float = 1.0
+    window: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.weights, Weights):
             raise TypeError(f"weights must be an attndyn.Weights, not {type(self.weights).__name__}.")
         _choice(self.mask, MASKS, "mask")
+        if self.mask == "window":
+            if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 1:
+                raise ValueError(f"mask='window' needs window = an integer >= 1 (the tokens each one attends to); got window={self.window!r}.")
+            object.__setattr__(self, "window", int(self.window))
+        elif self.window is not None:
+            raise ValueError(f"window={self.window!r} applies to mask='window' only; this model has mask={self.mask!r}.")
         _choice(self.geometry, GEOMETRIES, "geometry")
         _choice(self.attention, ATTENTIONS, "attention")
         _choice(self.normalization, NORMALIZATIONS, "normalization")
@@ -161,6 +169,7 @@ class Prepared:
     scale: float
     weighting: Weighting
     causal: bool
+    window: int | None
     kernel: Kernel
     rescaled: bool
     sphere: bool
@@ -216,7 +225,8 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         lam=lam if is_scalar else None,
         scale=scale,
         weighting=model.weighting,
-        causal=model.mask == "causal",
+        causal=model.mask != "full",
+        window=model.window,
         kernel=model.attention,
         rescaled=model.rescaled,
         sphere=model.geometry == "sphere",
@@ -225,7 +235,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         scheme_alpha=float(model.scheme_alpha),
         fast=w.heads == 1 and M is not None and model.attention == "dense" and model.weighting == "softmax",
         check=check,
-        mask=causal_mask(n, device) if model.mask == "causal" else None,
+        mask=causal_mask(n, device, model.window) if model.mask != "full" else None,
         M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
         V_identity=is_scalar and lam == 1.0,
         zero=torch.zeros((), dtype=dtype, device=device),
@@ -266,7 +276,7 @@ def score_inputs(t: float, x: torch.Tensor, args: Prepared) -> tuple[torch.Tenso
 
 def _mask_for(args: Prepared, n: int, device) -> torch.Tensor:
     m = args.mask
-    return m if m is not None and m.shape[-1] == n else causal_mask(n, device)
+    return m if m is not None and m.shape[-1] == n else causal_mask(n, device, args.window)
 
 
 def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
@@ -324,9 +334,9 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
     else:
         values = (xb @ args.VT_cat).reshape(xb.shape[0], n, heads, d).transpose(1, 2)
     if args.kernel == "fused":
-        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal)
+        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal, window=args.window)
     else:
-        out = dense_attention(xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check)
+        out = dense_attention(xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check, window=args.window)
     out = out[:, 0] if heads == 1 else out.sum(1)
     if subtract_own:
         out = out - values[:, 0]
@@ -454,7 +464,7 @@ def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0)
     For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
     """
     L, shape = _raw_scores(model, x, t)
-    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask == "causal", check=True)
+    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask != "full", check=True, window=model.window)
     n = shape[-2]
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
 
@@ -467,6 +477,6 @@ def attention_logits(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0)
     """
     L, shape = _raw_scores(model, x, t)
     n = shape[-2]
-    if model.mask == "causal":
-        L = L.masked_fill(causal_mask(n, L.device), -torch.inf)
+    if model.mask != "full":
+        L = L.masked_fill(causal_mask(n, L.device, model.window), -torch.inf)
     return L.reshape(*shape[:-2], model.weights.heads, n, n)

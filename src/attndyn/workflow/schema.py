@@ -98,6 +98,15 @@ class ModelSpec(Strict):
     scheme: Scheme = "post"
     scheme_tau: float = Field(default=1.0, gt=0)
     scheme_alpha: float = Field(default=1.0, gt=0)
+    window: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_window(self):
+        if self.mask == "window" and self.window is None:
+            raise ValueError("mask = 'window' needs the key 'window' (the width w: token i attends to i - w < j <= i)")
+        if self.window is not None and self.mask != "window":
+            raise ValueError(f"key 'window' applies to mask = 'window' only, not mask = {self.mask!r}")
+        return self
 
 
 class SolverSpec(Strict):
