@@ -100,8 +100,13 @@ def test_window_options_are_validated(kw, words):
 def test_window_config_key():
     base = {"d": 2, "n": 6, "seed": 1, "solver": {"method": "rk4", "dt": 0.1, "t1": 0.2}}
     setup = build(parse_config(base | {"model": {"mask": "window", "window": 3}}))
-    assert setup.model.mask == "window" and setup.model.window == 3
-    cases = [({"mask": "window"}, "needs the key 'window'"), ({"mask": "causal", "window": 2}, "applies to mask = 'window' only"), ({"mask": "window", "window": 0}, "window")]
+    assert setup.model.mask == "window"
+    assert setup.model.window == 3
+    cases = [
+        ({"mask": "window"}, "needs the key 'window'"),
+        ({"mask": "causal", "window": 2}, "applies to mask = 'window' only"),
+        ({"mask": "window", "window": 0}, "window"),
+    ]
     for bad, words in cases:
         with pytest.raises(ConfigError, match=words):
             parse_config(base | {"model": bad})

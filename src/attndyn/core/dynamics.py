@@ -336,7 +336,9 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
     if args.kernel == "fused":
         out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal, window=args.window)
     else:
-        out = dense_attention(xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check, window=args.window)
+        out = dense_attention(
+            xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check, window=args.window
+        )
     out = out[:, 0] if heads == 1 else out.sum(1)
     if subtract_own:
         out = out - values[:, 0]
