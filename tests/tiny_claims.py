@@ -37,6 +37,9 @@ TINY = {
     "noisy": {"n": 32, "seeds": 2, "T": 4.0, "kappas": [1.0, 4.0]},
     "trained-spectra": {},
     "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},
+    "gaussian-mean-field": {"n": 512, "seeds": 16},
+    "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
+    "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 

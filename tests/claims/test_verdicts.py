@@ -560,6 +560,9 @@ FUNCTION_OF = {
     "phase-diagram": "test_phase_diagram_checks_fail_on_violations",
     "normalization": "test_normalization_checks_fail_on_violations",
     "metastability": "test_metastability_checks_fail_on_violations",
+    "gaussian-mean-field": "test_gaussian_mean_field_checks_fail_on_violations",
+    "causal-position-bias": "test_causal_position_bias_checks_fail_on_violations",
+    "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
 }
 
 
@@ -707,3 +710,62 @@ def test_metastability_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
     assert failing(judged(cid, a), "largest logit gap")
+
+
+def test_gaussian_mean_field_checks_fail_on_violations():
+    cid = "gaussian-mean-field"
+    tampered = {}
+    for k in (0, 1):
+        a = copy_arrays(cid)
+        a[f"moments{k}"][5] *= 1.05  # every moment of every system 5 % off the ODE at t*/4
+        a[f"step_error{k}"][3] = 1e-3  # an integration error of the size of the sampling error
+        tampered[k] = judged(cid, a)
+    assert failing(tampered[0], "Q = K = V = I: |particle moment")
+    assert failing(tampered[0], "Q = K = V = I: integration error")
+    assert failing(tampered[1], "non-symmetric Q, K, V: |particle moment")
+    assert failing(tampered[1], "non-symmetric Q, K, V: integration error")
+
+
+def test_causal_position_bias_checks_fail_on_violations():
+    cid = "causal-position-bias"
+    tampered = {}
+    for key in ("euler", "rk4", "flow"):
+        a = copy_arrays(cid)
+        a[key][-1, 5, 1] += 1e-8  # one coordinate of one token off the exact solution
+        if key == "flow":  # an engine error moves both tolerance runs (their difference is the budget)
+            a["flow_fine"][-1, 5, 1] += 1e-8
+        tampered[key] = judged(cid, a)
+    assert failing(tampered["euler"], "beta = 0: Euler steps")
+    assert failing(tampered["rk4"], "beta = 0: RK4 steps")
+    assert failing(tampered["flow"], "beta = 0: adaptive flow")
+    a = copy_arrays(cid)
+    a["rollout"][99] *= 1.001  # the weight of token 100 off by 0.1 %
+    assert failing(judged(cid, a), "rollout of the engine's attention")
+
+
+def test_rank_collapse_checks_fail_on_violations():
+    cid = "rank-collapse"
+    stalled = {}
+    for k in range(4):
+        a = copy_arrays(cid)
+        a[f"mu{k}"][-1, 0] = a[f"mu{k}"][0, 0] * 1e-6  # one system stalls at 1e-6
+        stalled[k] = judged(cid, a)
+    assert failing(stalled[0], "full: mu(X_L)")
+    assert failing(stalled[1], "causal: mu(X_L)")
+    assert failing(stalled[2], "window 8: mu(X_L)")
+    assert failing(stalled[3], "window 4: mu(X_L)")
+    a = copy_arrays(cid)
+    a["mu1"], a["mu2"] = a["mu2"], a["mu1"]  # causal slower than the window
+    assert failing(judged(cid, a), "median collapse rates ordered")
+    a = copy_arrays(cid)
+    a["polygon_velocity"][2, 0] += 1e-12
+    assert failing(judged(cid, a), "post-LN, V = -I: velocity")
+    a = copy_arrays(cid)
+    a["polygon_flow"][-1, 2, 0] += 1e-12
+    assert failing(judged(cid, a), "post-LN, V = -I: max |x(t)")
+    a = copy_arrays(cid)
+    a["spec0"][:, 0] *= 1.05
+    a["spec1"][:, 0] *= 1.05
+    checks = judged(cid, a)
+    assert failing(checks, "sigma = 0.5: bulk moments")
+    assert failing(checks, "sigma = 1: bulk moments")

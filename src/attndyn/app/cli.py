@@ -587,13 +587,13 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
     except JudgeError as err:
         fail(str(err))
     table = Table(title=f"{record['id']}: {record['verdict']}")
-    for col in ("check", "value (worst case)", "threshold", "margin", "cases", "verdict"):
+    for col in ("check", "value (worst case)", "threshold", "margin", "cases", "verdict", "detects"):
         table.add_column(col, overflow="fold")
     for name, c in record["checks"].items():
         verdict = "report" if c.passed is None else ("pass" if c.passed else "FAIL")
         value = f"{c.value:.4g}" + (f" ({c.worst_case})" if c.worst_case else "")
         margin = "-" if c.margin is None else f"{c.margin:.3g}"
-        table.add_row(name, value, c.threshold, margin, "-" if c.n_judged is None else str(c.n_judged), verdict)
+        table.add_row(name, value, c.threshold, margin, "-" if c.n_judged is None else str(c.n_judged), verdict, c.detects or "-")
     console.print(table)
     if record["recorded_verdict"] not in (None, record["verdict"]):
         say(f"the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}", label="changed")

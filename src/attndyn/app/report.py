@@ -21,7 +21,7 @@ from attndyn import __version__
 from attndyn.core.errors import UserError
 from attndyn.workflow.files import atomic_write_text, write_json
 
-CHECK_KEYS = ("name", "value", "threshold", "passed", "n_judged", "margin", "worst_case")
+CHECK_KEYS = ("name", "value", "threshold", "passed", "n_judged", "margin", "worst_case", "detects")
 CLAIM_KEYS = ("id", "paper_ref", "verdict", "checks", "params", "seconds")
 
 
@@ -204,10 +204,11 @@ def _section(r: dict) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(c['name'])}</td><td>{_fmt(c['value'])}</td><td>{html.escape(str(c['threshold']))}</td>"
         f"<td>{_fmt(c.get('n_judged'))}</td><td>{html.escape(c.get('worst_case', '') or '')}</td><td>{_fmt(c.get('margin'))}</td>"
-        f"{_verdict_cell(_check_verdict(c['passed']))}<td>{html.escape(c.get('note', '') or '')}</td></tr>"
+        f"{_verdict_cell(_check_verdict(c['passed']))}<td>{html.escape(c.get('detects', '') or '')}</td>"
+        f"<td>{html.escape(c.get('note', '') or '')}</td></tr>"
         for c in r["checks"]
     )
-    head = "".join(f"<th>{h}</th>" for h in ("check", "value", "threshold", "cases judged", "worst case", "margin", "verdict", "note"))
+    head = "".join(f"<th>{h}</th>" for h in ("check", "value", "threshold", "cases judged", "worst case", "margin", "verdict", "detects", "note"))
     table = f"<table><tr>{head}</tr>{rows}</table>"
     if len(r["checks"]) > 6:
         table = f"<details><summary>{len(r['checks'])} checks</summary>{table}</details>"

@@ -42,6 +42,9 @@ EXPERIMENTS = {
     "metastability": "metastability",
     "trained-spectra": "trained_spectra",
     "trained-decoder": "trained_decoder",
+    "gaussian-mean-field": "gaussian_mean_field",
+    "causal-position-bias": "causal_position_bias",
+    "rank-collapse": "rank_collapse",
 }
 
 

@@ -64,30 +64,33 @@ class Check:
     # case it is (for a check over many cases the value is its worst case)
     margin: float | None = None
     worst_case: str = ""
+    # the stated power: the smallest physically meaningful error this check is shown (by a test that
+    # runs it through the pipeline) to detect, e.g. "beta off by 5 %"
+    detects: str = ""
 
 
 NOTHING_JUDGED = "no case was judged, so the check cannot pass"
 
 
-def _judged(value: float, threshold: str, ok: bool, n: int, note: str, margin: float | None = None, worst: str = "") -> Check:
+def _judged(value: float, threshold: str, ok: bool, n: int, note: str, margin: float | None = None, worst: str = "", detects: str = "") -> Check:
     value = float(value)
     if n < 1 or value != value:  # zero cases, or a NaN statistic
         why = NOTHING_JUDGED if n < 1 else "the value is NaN"
-        return Check(value, threshold, False, f"{note}; {why}" if note else why, int(n), None, worst)
-    return Check(value, threshold, bool(ok), note, int(n), None if margin is None else float(margin), worst)
+        return Check(value, threshold, False, f"{note}; {why}" if note else why, int(n), None, worst, detects)
+    return Check(value, threshold, bool(ok), note, int(n), None if margin is None else float(margin), worst, detects)
 
 
-def at_most(value: float, limit: float, note: str = "", *, n: int = 1, worst: str = "") -> Check:
+def at_most(value: float, limit: float, note: str = "", *, n: int = 1, worst: str = "", detects: str = "") -> Check:
     """``value <= limit``; ``n`` is the number of cases the value summarises (e.g. a maximum over n,
-    named by ``worst``)."""
-    return _judged(value, f"<= {limit:g}", value <= limit, n, note, limit - float(value), worst)
+    named by ``worst``); ``detects`` states the check's power (see :class:`Check`)."""
+    return _judged(value, f"<= {limit:g}", value <= limit, n, note, limit - float(value), worst, detects)
 
 
-def within(value: float, lo: float, hi: float, note: str = "", *, n: int = 1, worst: str = "") -> Check:
-    return _judged(value, f"in [{lo:g}, {hi:g}]", lo <= value <= hi, n, note, min(float(value) - lo, hi - float(value)), worst)
+def within(value: float, lo: float, hi: float, note: str = "", *, n: int = 1, worst: str = "", detects: str = "") -> Check:
+    return _judged(value, f"in [{lo:g}, {hi:g}]", lo <= value <= hi, n, note, min(float(value) - lo, hi - float(value)), worst, detects)
 
 
-def every(ok: np.ndarray | list, note: str = "", *, cases: list[str] | None = None) -> Check:
+def every(ok: np.ndarray | list, note: str = "", *, cases: list[str] | None = None, detects: str = "") -> Check:
     """Judge every case: ``ok`` holds one flag per case (True = the theorem's statement holds).
 
     The value is the number of failing cases; the check passes when it is 0 of at least 1. The
@@ -99,17 +102,17 @@ def every(ok: np.ndarray | list, note: str = "", *, cases: list[str] | None = No
     if bad:
         k = int(np.argmin(flags))
         worst = cases[k] if cases is not None else f"case {k + 1} of {flags.size}"
-    return _judged(bad, f"0 of {flags.size} fail", bad == 0, flags.size, note, float(-bad), worst)
+    return _judged(bad, f"0 of {flags.size} fail", bad == 0, flags.size, note, float(-bad), worst, detects)
 
 
-def every_within(values: np.ndarray | list, lo: float, hi: float, note: str = "", *, cases: list[str] | None = None) -> Check:
+def every_within(values: np.ndarray | list, lo: float, hi: float, note: str = "", *, cases: list[str] | None = None, detects: str = "") -> Check:
     """Judge every value in ``[lo, hi]``; the reported value is the worst case: the one farthest
     outside, or, when all pass, the one closest to a bound (the upper one for magnitudes, lo = 0),
     named by ``cases[k]`` when given, with its margin to that bound. A median is never the value
     of a judged check."""
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
-        return _judged(float("nan"), f"all in [{lo:g}, {hi:g}]", False, 0, note)
+        return _judged(float("nan"), f"all in [{lo:g}, {hi:g}]", False, 0, note, detects=detects)
     # > 0 outside, else minus the distance to the bound that matters: both bounds of a two-sided
     # band, only the upper one for a magnitude (an error, a drift: lo = 0 and every value >= 0)
     magnitude = lo == -math.inf or (lo == 0 and bool((v[~np.isnan(v)] >= 0).all()))
@@ -119,7 +122,7 @@ def every_within(values: np.ndarray | list, lo: float, hi: float, note: str = ""
         k = int(np.argmax(np.isnan(v)))
     name = cases[k] if cases is not None else f"case {k + 1} of {v.size}"
     ok = bool((outside <= 0).all())
-    return _judged(float(v[k]), f"all in [{lo:g}, {hi:g}]", ok, v.size, note, float(-outside[k]), name)
+    return _judged(float(v[k]), f"all in [{lo:g}, {hi:g}]", ok, v.size, note, float(-outside[k]), name, detects)
 
 
 def report(value: float, note: str = "") -> Check:

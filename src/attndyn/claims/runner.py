@@ -43,6 +43,7 @@ def result_record(result: Result, seconds: float, quick: bool, seed: int) -> dic
                 "n_judged": c.n_judged,
                 "margin": c.margin,
                 "worst_case": c.worst_case,
+                "detects": c.detects,
             }
             for name, c in result.checks.items()
         ],
