@@ -22,7 +22,7 @@ COMMANDS = ["simulate", "meanfield", "sweep", "analyze", "list", "reproduce", "r
 def wheel(tmp_path_factory) -> Path:
     pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools in the environment")
     src = tmp_path_factory.mktemp("tree")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("dist")
@@ -61,6 +61,8 @@ def test_wheel_holds_the_package_and_nothing_else(wheel):
     assert top == {"attndyn", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "attndyn/app/cli.py" in names
     assert "attndyn/claims/polytope.py" in names
+    assert "attndyn/py.typed" in names  # PEP 561: type checkers read the package's annotations
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names), names
     for layer in ("core", "analysis", "theory", "models", "workflow", "claims", "app"):
         assert f"attndyn/{layer}/__init__.py" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "docs/", "benchmarks/")) or "__pycache__" in n]

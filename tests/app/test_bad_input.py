@@ -516,3 +516,23 @@ def test_float32_runs_every_documented_model_family(tmp_path):
         traj = ad.simulate(ad.Model(ad.Weights.from_value(np.eye(3)), **options), x0, [0, 0.5], solver=ad.RK4(), step=ad.FixedStep(0.05))
         assert traj.xs.dtype == ad.core.simulation.torch.float32
         assert np.isfinite(traj.xs.numpy()).all()
+
+
+@pytest.mark.parametrize("package", ["gguf", "safetensors", "tokenizers"])
+def test_a_missing_optional_extra_exits_2_with_the_install_line(tmp_path, monkeypatch, capsys, package):
+    """Without the `checkpoints` extra the checkpoint commands name the package and the install line."""
+    import sys
+
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)  # `import package` now raises ModuleNotFoundError
+    gguf_file = tmp_path / "model.gguf"
+    gguf_file.write_bytes(b"GGUF")
+    argv = {"gguf": ["checkpoint", str(gguf_file), "--out", str(tmp_path / "o")], "safetensors": ["checkpoint", "minilm", "--out", str(tmp_path / "o")]}
+    argv["tokenizers"] = argv["safetensors"]
+    code = entry(argv[package])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"optional package {package!r}" in err
+    assert "pip install 'attndyn[checkpoints]'" in err
+    assert "Traceback" not in err

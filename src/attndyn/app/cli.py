@@ -88,6 +88,10 @@ def entry(argv: list[str] | None = None) -> int:
         say(f"cannot read or write{where}: {err.strerror or _one_line(err)}")
         return 2
     except Exception as err:
+        package = (getattr(err, "name", None) or "").partition(".")[0] if isinstance(err, ModuleNotFoundError) else ""
+        if package in OPTIONAL_PACKAGES and not debug:  # an optional extra that is not installed: not a bug
+            say(f"this command needs the optional package {package!r}, which is not installed: pip install 'attndyn[{OPTIONAL_PACKAGES[package]}]'")
+            return 2
         if debug:
             raise
         say(f"unexpected {type(err).__name__}: {_one_line(err)} (a bug in attndyn; rerun with --debug for the traceback)")
@@ -95,6 +99,10 @@ def entry(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+# packages only some commands import, and the extra of pyproject.toml that installs them
+OPTIONAL_PACKAGES = {"safetensors": "checkpoints", "tokenizers": "checkpoints", "gguf": "checkpoints"}
 
 
 def threading_main() -> bool:

@@ -127,7 +127,7 @@ def trained_rollout(config: Config) -> dict:
     """The same rollout of SmolLM2's real attention maps (head-averaged), when the model is installed."""
     from attndyn.models.decoder_files import smollm2_available
 
-    if config.trained_prompts < 1 or not smollm2_available():
+    if config.trained_prompts < 1 or not smollm2_available()[0]:
         return {}
     from attndyn.models.decoder import forward
     from attndyn.models.decoder_files import load_decoder

