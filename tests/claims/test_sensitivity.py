@@ -14,9 +14,10 @@ import pytest
 from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
 
-GMF, CPB, RC = "gaussian-mean-field", "causal-position-bias", "rank-collapse"
+GMF, CPB, RC, LC = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context"
 
 SENSITIVITY = {
+    LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
         ({"particle_beta_factor": 0.95}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
         ({"solver": "euler"}, {}, ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]),
@@ -37,7 +38,7 @@ SENSITIVITY = {
 
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
-    "polytope-subspace", "high-dimensional", "sphere", "causal", "hardmax", "long-context", "mode-selection",
+    "polytope-subspace", "high-dimensional", "sphere", "causal", "hardmax", "mode-selection",
     "kuramoto-closed-form", "mean-field-limit", "phase-diagram", "normalization", "metastability",
 }  # fmt: skip
 

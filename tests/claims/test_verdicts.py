@@ -604,10 +604,10 @@ def test_long_context_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["cos_fused"][0, 0] -= 1e-9
     assert failing(judged(cid, a), "fused attention")
-    # the n-sequence read backwards: the "large" n is then the small one, farther from every limit
-    config = tiny_config(cid).model_copy(update={"formula_ns": [1000000, 100]})
-    checks, _ = load(cid).judge(copy_arrays(cid), config)
-    assert failing(checks, "exact cosine at n")
+    # the closed form's approach to its limits is reported, not judged: no run can fail it
+    (approach,) = [c for name, c in judged(cid, copy_arrays(cid)).items() if name.startswith("exact cosine")]
+    assert approach.passed is None
+    assert 0 < approach.value < 1
 
 
 def test_mode_selection_checks_fail_on_violations():

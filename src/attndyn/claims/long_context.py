@@ -19,8 +19,9 @@ CLAIM = ClaimInfo(
         "On n equiangular unit inputs (<x_i, x_j> = rho) with Q = K = V = I and beta_n = gamma log n, the pairwise cosine of "
         "one attention layer's outputs tends to 1 for gamma < 1/(1 - rho), to 4 rho / (1 + 3 rho) at gamma = 1/(1 - rho), and "
         "to rho above. Judged: the engine's one layer, dense and fused, on explicit inputs x_i = sqrt(rho) u + sqrt(1 - rho) e_i "
-        "(d = n + 1) equals the exact finite-n cosine (attndyn.theory.one_layer_cosine) to 1e-12 for every n and gamma; and "
-        "the exact cosine at n = 10^6 is closer to each limit than at n = 10^2. Drawn: the cosine against gamma for n up to 10^6."
+        "(d = n + 1) equals the exact finite-n cosine (attndyn.theory.one_layer_cosine) to 1e-12 for every n and gamma. "
+        "Reported: the exact cosine at n = 10^6 against its limit (a property of the formula, which no run can fail). Drawn: "
+        "the cosine against gamma for n up to 10^6."
     ),
     hypotheses="Q = K = V = I; rho = 0.4; gamma in {0.5, 1, 1.5, 2.5} / (1 - rho); engine n up to 4096 (quick: 1024).",
     kind="pass/fail",
@@ -32,6 +33,8 @@ class Config(ExperimentConfig):
     ns: list[int] = [16, 256, 4096]
     gammas: list[float] = [0.5, 1.0, 1.5, 2.5]  # in units of the critical 1 / (1 - rho)
     formula_ns: list[int] = [10**2, 10**3, 10**4, 10**5, 10**6]
+    # multiplies beta in the engine's layer only: 1 is the claim; the sensitivity test sets 1 + 1e-9
+    beta_factor: float = 1.0
 
 
 QUICK = {"ns": [16, 256, 1024]}
@@ -55,7 +58,7 @@ def run(config: Config) -> Result:
         for a, n in enumerate(config.ns):
             x = ad.core.weights.as_float_tensor(inputs(n, config.rho), "x")
             for b, gamma in enumerate(arrays["gammas"]):
-                model = ad.Model(ad.Weights.identity(n + 1), beta=gamma * math.log(n), attention=kernel)
+                model = ad.Model(ad.Weights.identity(n + 1), beta=gamma * math.log(n) * config.beta_factor, attention=kernel)
                 y = ad.core.dynamics.vector_field(0.0, x, ad.core.dynamics.prepare(model, x))[:2].numpy()  # rows 0 and 1 of P x
                 cos[a, b] = float(y[0] @ y[1] / math.sqrt((y[0] @ y[0]) * (y[1] @ y[1])))
         arrays[f"cos_{kernel}"] = cos
@@ -68,8 +71,14 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     exact = np.array([[theory.one_layer_cosine(int(n), config.rho, g * math.log(n)) for g in gammas] for n in ns])
     checks = {}
     for kernel in ("dense", "fused"):
+        cases = [f"n = {n}, gamma = {g:.3g}" for n in ns for g in gammas]
         checks[f"{kernel} attention: |engine cosine - exact finite-n cosine|, every n and gamma"] = every_within(
-            np.abs(arrays[f"cos_{kernel}"] - exact), 0.0, TOL
+            np.abs(arrays[f"cos_{kernel}"] - exact),
+            0.0,
+            TOL,
+            "budget: rounding of a softmax over n terms and two dot products in float64 (measured <= 2e-15)",
+            cases=cases,
+            detects="beta off by 1e-9 (relative) in the engine's layer",
         )
     closer = []
     for g in gammas:
@@ -77,8 +86,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         small, large = (abs(theory.one_layer_cosine(n, config.rho, g * math.log(n)) - limit) for n in (config.formula_ns[0], config.formula_ns[-1]))
         closer.append(large / max(small, 1e-300))
     checks[
-        f"exact cosine at n = {config.formula_ns[-1]:g} closer to its limit than at n = {config.formula_ns[0]:g} (distance ratio), every gamma"
-    ] = every_within(closer, 0.0, 1.0 - 1e-9)
+        f"exact cosine: distance to its limit at n = {config.formula_ns[-1]:g} / at n = {config.formula_ns[0]:g}, largest over gamma"
+    ] = report(max(closer), "below 1: the finite-n cosine approaches each limit (a property of the closed form, not of a run)")
     g_crit = 1 / (1 - config.rho)
     checks["at the critical gamma, n = 1e6: cosine (limit 4 rho / (1 + 3 rho))"] = report(
         theory.one_layer_cosine(10**6, config.rho, g_crit * math.log(10**6)), f"limit {4 * config.rho / (1 + 3 * config.rho):.4f}"
