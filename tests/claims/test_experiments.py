@@ -63,7 +63,7 @@ def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
         assert set(claim) == {"id", "paper_ref", "verdict", "checks", "params", "seconds"}
         assert claim["verdict"] in ("pass", "fail", "report")
         for check in claim["checks"]:
-            assert set(check) == {"name", "value", "threshold", "passed", "n_judged", "margin", "worst_case"}
+            assert set(check) == {"name", "value", "threshold", "passed", "n_judged", "margin", "worst_case", "detects"}
             if check["passed"] is not None:
                 assert check["n_judged"] >= 1
     # rebuild without recomputing gives the same JSON
