@@ -14,9 +14,15 @@ import pytest
 from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
 
-GMF, CPB, RC, LC = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context"
+GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 
 SENSITIVITY = {
+    KCF: [
+        ({"meanfield_R0_factor": 1 + 1e-10}, {}, ["mean field:"]),
+        ({"coupling": 0.95}, {}, ["stratified particles"]),
+        ({"coupling": 1.05}, {}, ["stratified particles"]),
+        ({"coupling": 0.7}, {}, ["particles: fitted exponent", "stratified particles"]),
+    ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
         ({"particle_beta_factor": 0.95}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
@@ -39,7 +45,7 @@ SENSITIVITY = {
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
     "polytope-subspace", "high-dimensional", "sphere", "causal", "hardmax", "mode-selection",
-    "kuramoto-closed-form", "mean-field-limit", "phase-diagram", "normalization", "metastability",
+    "mean-field-limit", "phase-diagram", "normalization", "metastability",
 }  # fmt: skip
 
 CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases))]

@@ -631,8 +631,11 @@ def test_mode_selection_checks_fail_on_violations():
 def test_kuramoto_checks_fail_on_violations():
     cid = "kuramoto-closed-form"
     a = copy_arrays(cid)
-    a["meanfield_R"][-1] += 1e-7  # a mean field off by more than its discretisation error
+    a["meanfield_R"][-1] += 1e-11  # a mean field off by more than 3x its discretisation error
     assert failing(judged(cid, a), "mean field:")
+    a = copy_arrays(cid)
+    a["R_strat512"][-1] += 0.03  # stratified particles 0.03 off R(T) (about 10 standard errors)
+    assert failing(judged(cid, a), "stratified particles")
     a = copy_arrays(cid)
     # particles that do not improve with n (an error floor): every n gets the smallest n's systems
     first = a[f"R_n{int(a['ns'][0])}"]

@@ -25,18 +25,32 @@ def angles(x: np.ndarray) -> np.ndarray:
     return np.mod(np.arctan2(x[..., 1], x[..., 0]), 2 * math.pi)
 
 
-def model(beta: float, *, usa: bool = False) -> ad.Model:
-    """SA through the fused kernel (about 5x faster than dense at n = 1024 in 2-D), USA through dense."""
+def model(beta: float, *, usa: bool = False, coupling: float = 1.0) -> ad.Model:
+    """SA through the fused kernel (about 5x faster than dense at n = 1024 in 2-D), USA through dense.
+
+    ``coupling`` scales V = coupling I (1 in every claim; the sensitivity tests change it).
+    """
+    W = ad.Weights(np.eye(2), np.eye(2), coupling * np.eye(2))
     if usa:
-        return ad.Model(ad.Weights.identity(2), beta=beta, geometry="sphere", normalization="unnormalized")
-    return ad.Model(ad.Weights.identity(2), beta=beta, geometry="sphere", attention="fused")
+        return ad.Model(W, beta=beta, geometry="sphere", normalization="unnormalized")
+    return ad.Model(W, beta=beta, geometry="sphere", attention="fused")
 
 
 def run(
-    theta0: np.ndarray, beta: float, t1: float, *, dt: float, saves: int, usa: bool = False, engine: ExperimentConfig | None = None
+    theta0: np.ndarray,
+    beta: float,
+    t1: float,
+    *,
+    dt: float,
+    saves: int,
+    usa: bool = False,
+    engine: ExperimentConfig | None = None,
+    coupling: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """RK4 with step ``dt`` from angles ``theta0`` ``(S, n)``; returns ``(ts, theta)`` with theta ``(T, S, n)``."""
-    ts, xs = simulate_batch(model(beta, usa=usa), to_plane(np.asarray(theta0, dtype=np.float64)), t1, dt=dt, saves=saves, engine=engine)
+    ts, xs = simulate_batch(
+        model(beta, usa=usa, coupling=coupling), to_plane(np.asarray(theta0, dtype=np.float64)), t1, dt=dt, saves=saves, engine=engine
+    )
     return ts, angles(xs)
 
 

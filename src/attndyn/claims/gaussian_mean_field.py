@@ -96,7 +96,7 @@ def moments(xs: np.ndarray) -> np.ndarray:
     return np.concatenate([m, C[..., 0, :1], C[..., 0, 1:], C[..., 1, 1:]], -1)
 
 
-def theory_moments(Q, K, V, beta: float, ts: np.ndarray) -> np.ndarray:
+def theory_moments(Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: float, ts: np.ndarray) -> np.ndarray:
     m, S = tw.gaussian_moments(M0, S0, Q, K, V, beta, ts)
     return np.concatenate([m, S[:, 0, :1], S[:, 0, 1:], S[:, 1, 1:]], -1)
 

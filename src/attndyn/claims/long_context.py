@@ -85,9 +85,9 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         limit = theory.one_layer_cosine_limit(config.rho, g)
         small, large = (abs(theory.one_layer_cosine(n, config.rho, g * math.log(n)) - limit) for n in (config.formula_ns[0], config.formula_ns[-1]))
         closer.append(large / max(small, 1e-300))
-    checks[
-        f"exact cosine: distance to its limit at n = {config.formula_ns[-1]:g} / at n = {config.formula_ns[0]:g}, largest over gamma"
-    ] = report(max(closer), "below 1: the finite-n cosine approaches each limit (a property of the closed form, not of a run)")
+    checks[f"exact cosine: distance to its limit at n = {config.formula_ns[-1]:g} / at n = {config.formula_ns[0]:g}, largest over gamma"] = report(
+        max(closer), "below 1: the finite-n cosine approaches each limit (a property of the closed form, not of a run)"
+    )
     g_crit = 1 / (1 - config.rho)
     checks["at the critical gamma, n = 1e6: cosine (limit 4 rho / (1 + 3 rho))"] = report(
         theory.one_layer_cosine(10**6, config.rho, g_crit * math.log(10**6)), f"limit {4 * config.rho / (1 + 3 * config.rho):.4f}"

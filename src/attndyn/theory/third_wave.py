@@ -27,21 +27,23 @@ from scipy.linalg import expm
 GAUSS_TOL = {"rtol": 1e-12, "atol": 1e-14}
 
 
-def _square(name: str, A, d: int) -> np.ndarray:
+def _square(name: str, A: np.ndarray, d: int) -> np.ndarray:
     A = np.asarray(A, dtype=np.float64)
     if A.shape != (d, d) or not np.isfinite(A).all():
         raise ValueError(f"{name} must be a finite ({d}, {d}) matrix; got shape {A.shape}.")
     return A
 
 
-def gaussian_field(x: np.ndarray, m: np.ndarray, S: np.ndarray, Q, K, V, beta: float) -> np.ndarray:
+def gaussian_field(x: np.ndarray, m: np.ndarray, S: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: float) -> np.ndarray:
     """The mean-field velocity ``V (m + beta S K^T Q x)`` of N(m, S) at points ``x`` ``(..., d)``."""
     d = len(m)
     Q, K, V = (_square(k, A, d) for k, A in (("Q", Q), ("K", K), ("V", V)))
     return (m + beta * np.asarray(x) @ (S @ K.T @ Q).T) @ V.T
 
 
-def gaussian_moments(m0, S0, Q, K, V, beta: float, ts) -> tuple[np.ndarray, np.ndarray]:
+def gaussian_moments(
+    m0: np.ndarray, S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: float, ts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean ``(T, d)`` and covariance ``(T, d, d)`` of the Gaussian mean-field flow at times ``ts``."""
     m0 = np.asarray(m0, dtype=np.float64)
     d = m0.shape[0]
@@ -63,13 +65,13 @@ def gaussian_moments(m0, S0, Q, K, V, beta: float, ts) -> tuple[np.ndarray, np.n
     return y[:, :d], y[:, d:].reshape(-1, d, d)
 
 
-def gaussian_identity_covariance(S0, beta: float, t: float) -> np.ndarray:
+def gaussian_identity_covariance(S0: np.ndarray, beta: float, t: float) -> np.ndarray:
     """``S0 (I - 2 beta t S0)^{-1}`` (Q = K = V = I), finite for t below :func:`gaussian_blowup_time`."""
     S0 = np.asarray(S0, dtype=np.float64)
     return S0 @ np.linalg.inv(np.eye(len(S0)) - 2.0 * beta * t * S0)
 
 
-def gaussian_blowup_time(S0, beta: float) -> float:
+def gaussian_blowup_time(S0: np.ndarray, beta: float) -> float:
     """t* = 1 / (2 beta lambda_max(S0)) for Q = K = V = I (inf at beta = 0)."""
     lam = float(np.linalg.eigvalsh(np.asarray(S0, dtype=np.float64)).max())
     return math.inf if beta == 0 else 1.0 / (2.0 * beta * lam)
