@@ -40,6 +40,7 @@ TINY = {
     "gaussian-mean-field": {"n": 512, "seeds": 16},
     "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
+    "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 

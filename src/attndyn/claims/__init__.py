@@ -45,6 +45,7 @@ EXPERIMENTS = {
     "gaussian-mean-field": "gaussian_mean_field",
     "causal-position-bias": "causal_position_bias",
     "rank-collapse": "rank_collapse",
+    "sinks": "sinks",
 }
 
 

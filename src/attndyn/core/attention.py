@@ -92,9 +92,21 @@ def all_finite(t: torch.Tensor) -> bool:
     return math.isfinite(float(t.sum()))
 
 
-def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, check: bool = True, window: int | None = None) -> torch.Tensor:
+def with_sink_bias(L: torch.Tensor, sink_bias: float) -> torch.Tensor:
+    """``L`` with ``sink_bias`` added to every query's logit for the first token (a key bias, SPEC §9.4)."""
+    if not sink_bias:
+        return L
+    bias = torch.zeros(L.shape[-1], dtype=L.dtype, device=L.device)
+    bias[0] = sink_bias
+    return L + bias
+
+
+def weights_from_scores(
+    L: torch.Tensor, *, weighting: Weighting, causal: bool, check: bool = True, window: int | None = None, sink_bias: float = 0.0
+) -> torch.Tensor:
     """Attention weights ``A`` from scores ``L`` (last two dims ``n x n``); ``causal`` masks j > i,
-    and ``window`` (with ``causal``) also j <= i - window.
+    and ``window`` (with ``causal``) also j <= i - window; ``sink_bias`` is added to the logits of
+    the first token (column 0) before the weighting.
 
     ``check`` verifies the scores (and USA weights) are finite, a host synchronisation; the
     solvers' step loop passes ``False`` and checks the state at save times instead.
@@ -102,6 +114,7 @@ def weights_from_scores(L: torch.Tensor, *, weighting: Weighting, causal: bool, 
     if check and not all_finite(L):
         raise FloatingPointError("attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large.")
     n = L.shape[-1]
+    L = with_sink_bias(L, sink_bias)
     if causal:
         L = L.masked_fill(causal_mask(n, L.device, window), -torch.inf)
     if weighting == "hardmax":
@@ -132,22 +145,32 @@ def dense_attention(
     M: torch.Tensor | None = None,
     check: bool = True,
     window: int | None = None,
+    sink_bias: float = 0.0,
 ) -> torch.Tensor:
     """``sum_j A_ij values_j`` per head with the ``n x n`` weights built explicitly: ``(B, H, n, dv)``.
 
     The readable reference; ``M = Q^T K`` may be given (see :func:`scores`). Any weighting.
     """
-    A = weights_from_scores(scores(x, Q, K, scale, M), weighting=weighting, causal=causal, check=check, window=window)
+    A = weights_from_scores(scores(x, Q, K, scale, M), weighting=weighting, causal=causal, check=check, window=window, sink_bias=sink_bias)
     return A @ values
 
 
 def fused_attention(
-    x: torch.Tensor, values: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, *, scale: float, causal: bool = False, window: int | None = None
+    x: torch.Tensor,
+    values: torch.Tensor,
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    window: int | None = None,
+    sink_bias: float = 0.0,
 ) -> torch.Tensor:
     """``sum_j softmax_j(scale <Q x_i, K x_j>) values_j`` through SDPA: ``(B, H, n, dv)``, O(n) memory.
 
     Softmax only. Called with 4-D inputs so that torch picks its flash kernel on the CPU. A sliding
-    ``window`` is passed to SDPA as a Boolean mask (an ``n x n`` Boolean, no longer the flash kernel).
+    ``window`` is passed to SDPA as a Boolean mask, and a ``sink_bias`` as an additive float mask
+    (an ``n x n`` tensor either way, no longer the flash kernel).
     """
     q = project(x, Q)
     k = project(x, K)
@@ -158,6 +181,12 @@ def fused_attention(
     B, H = values.shape[:2]
     q = q.expand(B, H, *q.shape[2:])
     k = k.expand(B, H, *k.shape[2:])
+    if sink_bias:
+        n = x.shape[-2]
+        bias = with_sink_bias(torch.zeros(n, n, dtype=values.dtype, device=values.device), sink_bias)
+        if causal:
+            bias = bias.masked_fill(causal_mask(n, x.device, window), -torch.inf)
+        return F.scaled_dot_product_attention(q, k, values, attn_mask=bias, scale=scale)
     if causal and window is not None:
         allowed = ~causal_mask(x.shape[-2], x.device, window)
         return F.scaled_dot_product_attention(q, k, values, attn_mask=allowed, scale=scale)

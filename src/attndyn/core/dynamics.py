@@ -13,6 +13,8 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``mask="causal"``: token i attends to j <= i (§5.2); ``mask="window"`` with ``window=w``: token i
   attends to i - w < j <= i, a causal sliding window (§9.3; w >= n is the causal mask);
 * ``beta=math.inf``: hardmax, uniform over the argmax set (§5.3);
+* ``sink_bias=b``: every query's logit for the first token gets ``+ b`` (a key bias: the first token
+  becomes an attention sink, §9.4); 0 is the plain model;
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
 * ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
 * ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of SPEC §8.5 on the split
@@ -45,7 +47,7 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
-from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores
+from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores, with_sink_bias
 from attndyn.core.attention import scores as _scores
 from attndyn.core.weights import Weights, as_float_tensor
 
@@ -86,6 +88,7 @@ class Model:
     scheme_tau: float = 1.0
     scheme_alpha: float = 1.0
     window: int | None = None
+    sink_bias: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.weights, Weights):
@@ -124,6 +127,11 @@ class Model:
                 f"{self.weights.heads} heads with separate V_h."
             )
         hard = resolve_beta(beta)[1]
+        if isinstance(self.sink_bias, bool) or not (isinstance(self.sink_bias, int | float) and math.isfinite(self.sink_bias)):
+            raise ValueError(f"sink_bias={self.sink_bias!r} must be a finite number (0 for no sink).")
+        object.__setattr__(self, "sink_bias", float(self.sink_bias))
+        if hard and self.sink_bias:
+            raise ValueError("sink_bias with beta=inf is not defined: the hardmax compares unscaled scores, to which a bias cannot be added.")
         if hard and self.normalization == "unnormalized":
             raise ValueError("beta=inf with normalization='unnormalized' is not defined: exp(inf * score) has no limit.")
         if self.attention == "fused" and hard:
@@ -170,6 +178,7 @@ class Prepared:
     weighting: Weighting
     causal: bool
     window: int | None
+    sink_bias: float
     kernel: Kernel
     rescaled: bool
     sphere: bool
@@ -227,6 +236,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         weighting=model.weighting,
         causal=model.mask != "full",
         window=model.window,
+        sink_bias=model.sink_bias,
         kernel=model.attention,
         rescaled=model.rescaled,
         sphere=model.geometry == "sphere",
@@ -309,6 +319,8 @@ def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float,
         L = torch.baddbmm(args.zero, left, right, beta=0.0, alpha=scale)
     else:
         L = torch.addmm(args.zero, left, right, beta=0.0, alpha=scale)
+    if args.sink_bias:
+        L[..., 0] += args.sink_bias  # fresh logits: in place
     if args.causal:
         L = L.masked_fill_(_mask_for(args, L.shape[-1], L.device), -math.inf)
     P = _softmax_rows(L)
@@ -334,10 +346,20 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
     else:
         values = (xb @ args.VT_cat).reshape(xb.shape[0], n, heads, d).transpose(1, 2)
     if args.kernel == "fused":
-        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal, window=args.window)
+        out = fused_attention(xq, values, args.Q, args.K, scale=scale, causal=args.causal, window=args.window, sink_bias=args.sink_bias)
     else:
         out = dense_attention(
-            xq, values, args.Q, args.K, scale=scale, weighting=args.weighting, causal=args.causal, M=args.M, check=args.check, window=args.window
+            xq,
+            values,
+            args.Q,
+            args.K,
+            scale=scale,
+            weighting=args.weighting,
+            causal=args.causal,
+            M=args.M,
+            check=args.check,
+            window=args.window,
+            sink_bias=args.sink_bias,
         )
     out = out[:, 0] if heads == 1 else out.sum(1)
     if subtract_own:
@@ -466,7 +488,7 @@ def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0)
     For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
     """
     L, shape = _raw_scores(model, x, t)
-    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask != "full", check=True, window=model.window)
+    A = weights_from_scores(L, weighting=model.weighting, causal=model.mask != "full", check=True, window=model.window, sink_bias=model.sink_bias)
     n = shape[-2]
     return A.reshape(*shape[:-2], model.weights.heads, n, n)
 
@@ -479,6 +501,8 @@ def attention_logits(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0)
     """
     L, shape = _raw_scores(model, x, t)
     n = shape[-2]
+    if model.sink_bias and not model.hard:
+        L = with_sink_bias(L, model.sink_bias)
     if model.mask != "full":
         L = L.masked_fill(causal_mask(n, L.device, model.window), -torch.inf)
     return L.reshape(*shape[:-2], model.weights.heads, n, n)

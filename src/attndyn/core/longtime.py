@@ -78,6 +78,8 @@ def check_model(model: Model) -> torch.Tensor:
         problems.append("no feed-forward")
     if model.mask != "full":
         problems.append("no mask (a causal mask makes equal tokens feel different forces)")
+    if model.sink_bias:
+        problems.append("no sink bias (it makes equal tokens feel different forces)")
     if model.normalization != "softmax":
         problems.append("softmax normalization")
     if math.isinf(model.beta):

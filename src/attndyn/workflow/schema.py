@@ -99,6 +99,7 @@ class ModelSpec(Strict):
     scheme_tau: float = Field(default=1.0, gt=0)
     scheme_alpha: float = Field(default=1.0, gt=0)
     window: int | None = Field(default=None, ge=1)
+    sink_bias: float = 0.0
 
     @model_validator(mode="after")
     def _check_window(self):
