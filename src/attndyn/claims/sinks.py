@@ -23,8 +23,7 @@ CLAIM = ClaimInfo(
         "entropy, and the median time t* until the other tokens form one cluster (1 - cos < 1e-3 for every pair)."
     ),
     hypotheses=(
-        "S^3 (post-LN), causal mask, Q = K = I, V = diag(1, 1, 1, 0), beta = 1, n = 24 tokens uniform on the S^2 of e_4's "
-        "complement plus the sink."
+        "S^3 (post-LN), causal mask, Q = K = I, V = diag(1, 1, 1, 0), beta = 1, n = 24 tokens uniform on the S^2 of e_4's complement plus the sink."
     ),
     kind="report",
 )
