@@ -54,7 +54,7 @@ from attndyn.core.weights import Weights, as_float_tensor
 # Model options: defined once, reused by the config schema (attndyn.workflow.schema).
 Mask = Literal["full", "causal", "window"]
 Geometry = Literal["euclidean", "sphere"]
-Kernel = Literal["dense", "fused"]
+Kernel = Literal["auto", "dense", "fused"]
 Normalization = Literal["softmax", "unnormalized"]
 Scheme = Literal["post", "pre", "mix", "peri", "ngpt", "sqrt"]
 MASKS: tuple[str, ...] = get_args(Mask)
@@ -82,7 +82,7 @@ class Model:
     mask: Mask = "full"
     geometry: Geometry = "euclidean"
     rescaled: bool = False
-    attention: Kernel = "dense"
+    attention: Kernel = "auto"
     normalization: Normalization = "softmax"
     scheme: Scheme = "post"
     scheme_tau: float = 1.0
@@ -197,6 +197,23 @@ class Prepared:
         return self.V.shape[0]
 
 
+# attention="auto" takes the fused kernel from this many attention entries per evaluation (batch x n^2),
+# or from this n: measured on one core (benchmarks/kernels.py), fused is 3-4x faster from 2^20 entries
+# (one system of 1024 tokens, 64 systems of 128) and slower than dense below about 2^18
+AUTO_FUSED_ENTRIES = 2**20
+AUTO_FUSED_N = 512
+
+
+def resolve_kernel(model: Model, batch: int, n: int) -> str:
+    """The kernel ``attention="auto"`` runs for ``batch`` systems of ``n`` tokens: fused (O(n) memory,
+    SDPA) for large plain-softmax states, dense otherwise; an explicit ``dense``/``fused`` is kept."""
+    if model.attention != "auto":
+        return model.attention
+    plain = model.weighting == "softmax" and model.mask in ("full", "causal") and not model.sink_bias
+    large = batch * n * n >= AUTO_FUSED_ENTRIES or n >= AUTO_FUSED_N
+    return "fused" if plain and large else "dense"
+
+
 def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepared:
     """Resolve ``model`` for states shaped and typed like ``like`` ``(*batch, n, d)``."""
     if not isinstance(model, Model):
@@ -220,6 +237,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
     is_scalar = w.heads == 1 and bool(torch.equal(V0, lam * torch.eye(w.d, dtype=V0.dtype)))
     ff = w.ff
     n = like.shape[-2]
+    kernel = resolve_kernel(model, math.prod(like.shape[:-2]), n)
     return Prepared(
         Q=Q,
         K=K,
@@ -237,13 +255,13 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         causal=model.mask != "full",
         window=model.window,
         sink_bias=model.sink_bias,
-        kernel=model.attention,
+        kernel=kernel,
         rescaled=model.rescaled,
         sphere=model.geometry == "sphere",
         scheme=model.scheme,
         scheme_tau=float(model.scheme_tau),
         scheme_alpha=float(model.scheme_alpha),
-        fast=w.heads == 1 and M is not None and model.attention == "dense" and model.weighting == "softmax",
+        fast=w.heads == 1 and M is not None and kernel == "dense" and model.weighting == "softmax",
         check=check,
         mask=causal_mask(n, device, model.window) if model.mask != "full" else None,
         M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),

@@ -93,7 +93,7 @@ class ModelSpec(Strict):
     mask: Mask = "full"
     geometry: Geometry = "euclidean"
     rescaled: bool = False
-    attention: Kernel = "dense"
+    attention: Kernel = "auto"
     normalization: Normalization = "softmax"
     scheme: Scheme = "post"
     scheme_tau: float = Field(default=1.0, gt=0)

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from attndyn.core.dynamics import Model
+from attndyn.core.dynamics import AUTO_FUSED_ENTRIES, AUTO_FUSED_N, Model
 from attndyn.core.simulation import prepare_state
 from attndyn.core.solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
 from attndyn.core.weights import FeedForward, Weights
@@ -190,7 +190,16 @@ def estimated_bytes(config: SimulationConfig) -> int:
     weights = w.heads * (2 * m * d + d * d) * 8
     steps = save_times(config.solver).size if config.solver.save_log is None else config.solver.save_log + 1
     states = (steps + 8) * n * d * item  # the saves, plus the Runge-Kutta stages and temporaries
-    attention = w.heads * n * n * item * 2 if config.model.attention == "dense" else 8 * n * d * item
+    kernel = config.model.attention
+    if kernel == "auto":  # as resolve_kernel decides for one system
+        plain = (
+            config.model.normalization == "softmax"
+            and config.model.mask != "window"
+            and not config.model.sink_bias
+            and config.model.beta != float("inf")
+        )
+        kernel = "fused" if plain and (n * n >= AUTO_FUSED_ENTRIES or n >= AUTO_FUSED_N) else "dense"
+    attention = w.heads * n * n * item * 2 if kernel == "dense" else 8 * n * d * item
     return int(weights + states + attention)
 
 
