@@ -72,6 +72,22 @@ def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
     assert (out / "results.json").read_text() == before
 
 
+def test_svg_figures_only_with_the_svg_option(tmp_path):
+    """An SVG costs about three PNGs: reproduce writes them (and the page links them) only with --svg."""
+    plain, vector = tmp_path / "plain", tmp_path / "vector"
+    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(plain)]).exit_code == 0
+    assert not list(plain.rglob("*.svg"))
+    assert list(plain.rglob("*.png"))
+    assert ">SVG</a>" not in (plain / "index.html").read_text()
+    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--svg", "--out", str(vector)]).exit_code == 0
+    svgs = sorted(p.relative_to(vector).as_posix() for p in vector.rglob("*.svg"))
+    assert svgs
+    assert len(svgs) == len([p for p in (vector / "runs" / "hardmax" / "figures").glob("*.png")])
+    page = (vector / "index.html").read_text()
+    for svg in svgs:
+        assert f'href="{svg}"' in page
+
+
 def test_report_refuses_half_written_run_folders(tmp_path):
     out = tmp_path / "rep"
     assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0

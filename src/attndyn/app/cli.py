@@ -454,6 +454,7 @@ def reproduce(
     seed: Annotated[int, typer.Option("--seed", help="Base seed of every claim.")] = 0,
     device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
+    svg: Annotated[bool, typer.Option("--svg", help="Also write every figure as SVG (for papers; the page links them).")] = False,
 ) -> None:
     """Check the claims and write the report.
 
@@ -507,7 +508,7 @@ def reproduce(
             if not err_console.is_terminal:
                 say(f"{cid} ({k + 1} of {len(chosen)}), {time.perf_counter() - start:.0f} s elapsed", label="reproduce", style="bold")
             try:
-                record = run_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid])
+                record = run_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid], svg=svg)
             except KeyboardInterrupt:
                 interrupted = True
                 break

@@ -126,8 +126,10 @@ def run_claim(
     device: str = "cpu",
     dtype: str = "float64",
     config: ExperimentConfig | None = None,
+    svg: bool = False,
 ) -> dict:
-    """Run one claim, write its folder, return its record."""
+    """Run one claim, write its folder, return its record; ``svg`` also writes every figure as SVG
+    (for papers; an SVG costs about three PNGs, so the report's PNGs alone are the default)."""
     from attndyn.workflow import plots
 
     if config is None:
@@ -172,14 +174,15 @@ def run_claim(
     owner.add("arrays.npz")
     names = []
     for name, fig in module.figures(result).items():
-        plots.save(fig, folder / "figures" / f"{name}.png")
+        plots.save(fig, folder / "figures" / f"{name}.png", vector=svg)
         names.append(f"figures/{name}.png")
-    owner.add(*names, *(str(Path(n).with_suffix(".svg")) for n in names))
+    vectors = [str(Path(n).with_suffix(".svg")) for n in names] if svg else []
+    owner.add(*names, *vectors)
     movies = [p.name for p in module.movies(result, folder)] if hasattr(module, "movies") else []
     owner.add(*movies)
     record = result_record(result, seconds, quick, seed)
     record["figures"] = names
-    record["vectors"] = [str(Path(n).with_suffix(".svg")) for n in names]
+    record["vectors"] = vectors
     record["movies"] = movies
     write_json(folder / "result.json", record)
     write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
