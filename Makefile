@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint gpu-check clean
+.PHONY: demo test docs bench lint gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The documentation site, offline and strict (a broken link or reference fails): site/index.html.
+docs: $(STAMP)
+	$(PY) docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
+
 # ruff (pinned in the test extra): the lint rules of pyproject.toml and the formatter's check.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -44,4 +49,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/schemes.py
 
 clean:
-	rm -rf $(VENV) runs report .pytest_cache
+	rm -rf $(VENV) runs report site .pytest_cache

@@ -373,8 +373,14 @@ def integrate(
     observe : optional ``observe(t, x) -> tensor`` recorded at each save time.
     max_steps : cap on accepted + rejected steps; progress : ``progress(t)`` after each accepted step.
 
-    Raises ``FloatingPointError`` when a saved state is non-finite (checked at save times only) or
-    the step size underflows, ``RuntimeError`` at the step cap, ``ValueError`` for bad inputs.
+    Raises
+    ------
+    FloatingPointError
+        When a saved state is non-finite (checked at save times only) or the step size underflows.
+    RuntimeError
+        At the step cap.
+    ValueError
+        For bad inputs.
     """
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
