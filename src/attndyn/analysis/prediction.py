@@ -140,7 +140,7 @@ def horizon_warnings(traj: Trajectory, model: Model, zs: np.ndarray | None) -> l
     if t_end <= t_star:
         return []
     return [
-        f"the run reaches t = {t_end:g}, past its float64 precision horizon t* ~ {t_star:.3g} (SPEC §4.6): the slower unstable "
+        f"the run reaches t = {t_end:g}, past its float64 precision horizon t* ~ {t_star:.3g}: the slower unstable "
         "coordinates are decided by rounding after t*; measure it with attndyn.analysis.numerics.precision_horizon"
     ]
 
@@ -156,7 +156,13 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
         raise ValueError("the trajectory contains non-finite states.")
     follow_up = model.geometry == "sphere" or model.mask != "full" or model.normalization == "unnormalized"
     if follow_up:
-        reg = spectra.Regime("none", "a follow-up model (SPEC §5): the paper's theorems are about full softmax attention in R^d", "", "", "")
+        reg = spectra.Regime(
+            "none",
+            "a follow-up model (sphere, masks or unnormalized attention): the paper's theorems are about full softmax attention in R^d",
+            "",
+            "",
+            "",
+        )
     else:
         reg = spectra.regime(model.weights, beta=1.0 if model.hard else model.beta)
     zs = rescaled_tokens(traj, model) if not follow_up else None

@@ -113,7 +113,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
                 "P(t) -> a Boolean matrix with leaders the extreme tokens, rank 1 or 2 generically (at most one non-Boolean row); "
                 "z_i -> gamma_i in {a, 0, b}",
                 "z",
-                "Thm 2.1 (t:boolean)",
+                "Theorem 2.1 (§2)",
             )
     lam = scalar_identity(V)
     if lam is not None and lam > 0 and spd:
@@ -122,7 +122,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
             f"V = {lam:.4g} I and Q^T K is symmetric positive definite",
             "each z_i converges to 0 or to a point of the boundary of a convex polytope (generically a vertex)",
             "z",
-            "Thm 3.1 (t:Idcase11int)",
+            "Theorem 3.1 (§3)",
         )
     if lam is not None and lam < 0:
         c = scalar_identity(B)
@@ -132,7 +132,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
                 f"V = {lam:.4g} I and Q^T K = {c:.4g} I",
                 "every x_i -> 0 (algebraically, ~t^(-1/2)) and P -> (1/n) 1 1^T",
                 "x",
-                "t:cas-Idintro",
+                "the case V = -I (§3, proof in §8)",
             )
     split = paranormal_split(V)
     conj = _conjecture(V)
@@ -142,7 +142,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
             f"V is paranormal: V|_F = {split.lam:.4g} I with dim F = {split.dim_F}, rho(V|_G) = {split.rho_G:.4g}; Q^T K is SPD",
             "pi_F z_i -> the boundary of a convex polytope in F (or 0); the G-component is free",
             "z",
-            "Thm 5.2 (t:multiplicity)",
+            "Theorem 5.2 (§5)",
             (conj,) if conj else (),
         )
     top_ok, top_why = top_eigen_status(V)
@@ -156,7 +156,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
                 f"good triple: {top_why}; <Q phi_1, K phi_1> = {qk:.4g} > 0",
                 "phi_1*(z_i) converges to {a, 0, b}: at most 3 parallel hyperplanes orthogonal to phi_1*, in z",
                 "z",
-                "Thm 4.2 (l:3hyperplanes11)",
+                "Theorem 4.2 (§4)",
                 (conj,) if conj else (),
             )
     # Here V meets the hypothesis of Thm 3.1, 5.2 or 4.2 only if (Q, K) failed its part of it.
@@ -178,7 +178,7 @@ def regime(weights: Weights, *, beta: float = 1.0) -> Regime:
             (conj,) if conj else (),
         )
     if conj is not None:
-        return Regime("codimension-conjecture", f"none of the theorems applies; {top_why}", conj, "z", "Conj. 4.3 (c:codim)")
+        return Regime("codimension-conjecture", f"none of the theorems applies; {top_why}", conj, "z", "Conjecture 4.3 (§4)")
     return Regime("none", f"no result of the paper applies: {top_why}", "", "", "")
 
 

@@ -611,7 +611,9 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
 
 @app.command()
 def checkpoint(
-    path: Annotated[str, typer.Argument(help="'minilm' or a BERT-family folder; 'smollm2', a .gguf file or a LLaMA folder for a causal decoder.")],
+    path: Annotated[
+        str, typer.Argument(help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a LLaMA folder for a causal decoder.")
+    ],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
     layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
     head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
@@ -668,10 +670,10 @@ def _status() -> Progress:
 
 def _is_decoder(path: str) -> bool:
     p = Path(path)
-    if path.lower() == "smollm2" or p.suffix == ".gguf":
+    if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
         return True
     try:
-        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") == "llama"
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return False  # the encoder reader names what is wrong with the folder
 

@@ -14,7 +14,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="boolean-1d",
-    paper_ref="arXiv:2305.05465v6 Thm 2.1 (t:boolean)",
+    paper_ref="arXiv:2305.05465v6 §2, Theorem 2.1",
     title="d = 1: the attention matrix becomes a low-rank Boolean matrix; the extreme tokens lead",
     statement=(
         "In dimension 1 with V > 0 and QK > 0 and pairwise distinct initial tokens, P(t) converges to a matrix whose rows "
@@ -22,7 +22,7 @@ CLAIM = ClaimInfo(
         "for almost every initial sequence the limit has rank 1 or 2. Also judged: the order of the tokens is preserved, "
         "|x_i - x_j| never decreases when v = q = 1 (l:distnondec), the unbounded tokens' z_i converge (l:exactasymptotic), "
         "at most one token stays near 0 (l:onlyone), and every row's -log(1 - P_i,lead) grows like e^{c v t} with c in "
-        "[0.9, 2.1] (SPEC §4.2 (f)). The Boolean structure is judged at v T = 14, the end of the rate window: rows inside a "
+        "[0.9, 2.1]. The Boolean structure is judged at v T = 14, the end of the rate window: rows inside a "
         "leader's own cluster saturate only like e^{vt}, and at v T = 10 a few seeds still have two rows short of 1e-8."
     ),
     hypotheses="d = 1; V = v > 0; QK = q > 0; distinct initial tokens.",

@@ -15,7 +15,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="causal-position-bias",
-    paper_ref="arXiv:2502.01951 and arXiv:2603.10123 (position bias of causal attention); SPEC §9.2",
+    paper_ref="arXiv:2502.01951 and arXiv:2603.10123 (position bias of causal attention)",
     title="Causal position bias: the exact Cesaro flow at beta = 0 and the U-shaped influence on the last token",
     statement=(
         "At beta = 0 the causal softmax is the Cesaro matrix C (C_ij = 1/i for j <= i), so with V = I the flow is linear: "

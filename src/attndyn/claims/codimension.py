@@ -12,13 +12,13 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="codimension",
-    paper_ref="arXiv:2305.05465v6 Conj. 4.3 (c:codim)",
+    paper_ref="arXiv:2305.05465v6 §4, Conjecture 4.3",
     title="The codimension conjecture (exploratory)",
     statement=(
         "Conjecture: if V has k eigenvalues with positive real part, the rescaled tokens approach at most three parallel affine "
         "subspaces of codimension k, with no hypothesis on (Q, K); equivalently, their projection onto the unstable invariant "
         "subspace (along the stable one) converges to at most 3 points. In float64 a slow unstable coordinate is resolved only "
-        "up to a precision horizon (SPEC §4.6): we measure it (two perturbation sizes of z0 diverging together is rounding) "
+        "up to a precision horizon: we measure it (two perturbation sizes of z0 diverging together is rounding) "
         "and read every value at min(T, horizon). The testable V has eigenvalues {1.0, 0.6, -0.3} in a random orthogonal "
         "basis (T = 60 >= 30 / 0.6 inside its horizon); the paper's Vc and V3b have horizons far below the T they need, and "
         "are reported at their horizons. Read literally the conjecture fails for V = I (k = d, more than 3 vertices): we report "

@@ -10,7 +10,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="collapse",
-    paper_ref="arXiv:2305.05465v6 t:cas-Idintro (Part I; proof in §8, s:c<0)",
+    paper_ref="arXiv:2305.05465v6 §3, the case V = -I (stated with Theorem 3.1; proof in §8)",
     title="V = -I: a single cluster at the origin, at an algebraic rate",
     statement=(
         "With V = -I_d and Q^T K = I_d, every token x_i(t) tends to 0 and P(t) tends to the uniform matrix (1/n) 1 1^T. "

@@ -15,8 +15,8 @@ CLAIM = ClaimInfo(
     title="High dimension: d = n = 128, redone with the correct attention form",
     statement=(
         "The authors' high-dimensional run (d = n = 128, V built from a sparse non-negative matrix, symmetrised, every "
-        "|eigenvalue| <= 1 pushed to +-U[1, 2]) used a wrongly rotated attention form and an elementwise matrix power at t = 0 "
-        "(SPEC §6.4). We redo it in eigen-coordinates of V, where Q = K = I is unchanged and e^{tV} is diagonal. The top "
+        "|eigenvalue| <= 1 pushed to +-U[1, 2]) used a wrongly rotated attention form and an elementwise matrix power at t = 0. "
+        "We redo it in eigen-coordinates of V, where Q = K = I is unchanged and e^{tV} is diagonal. The top "
         "eigenvalue is Perron (real, simple, isolated) and Q = K = I, so (Q, K, V) is a good triple: Thm 4.2 is judged on the "
         "top eigen-coordinate (at most three limits, in {a, 0, b}). The other positive coordinates (the codimension "
         "conjecture) are reported at min(T, the precision horizon), which is measured; negative ones diverge in z."

@@ -15,7 +15,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="hyperplanes",
-    paper_ref="arXiv:2305.05465v6 Def. 4.1 (d:good), Thm 4.2 (l:3hyperplanes11); proof in §9",
+    paper_ref="arXiv:2305.05465v6 §4, Definition 4.1 and Theorem 4.2 (proof in §9)",
     title="Good triples: clustering toward at most three parallel hyperplanes",
     statement=(
         "If the eigenvalue of V of largest modulus is real, positive and simple (lambda_1, eigenvector phi_1, left "

@@ -11,7 +11,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="hyperplanes-negative-control",
-    paper_ref="arXiv:2305.05465v6 §4 (remark after l:3hyperplanes11: complex leading eigenvalue)",
+    paper_ref="arXiv:2305.05465v6 §4 (the remark after Theorem 4.2: a complex leading eigenvalue)",
     title="Negative control: complex leading eigenvalues",
     statement=(
         "When the eigenvalue of V of largest modulus is complex, Thm 4.2 does not apply and the paper says 'we do not expect "

@@ -15,7 +15,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="kuramoto-closed-form",
-    paper_ref="SPEC §8.3 (Kuramoto with identical oscillators; Ott-Antonsen reduction), derived for this project",
+    paper_ref="Kuramoto with identical oscillators and the Ott-Antonsen reduction (beta = 0 on the circle), derived for attndyn",
     title="beta = 0 on the circle: the Ott-Antonsen closed form, in the mean field and for particles",
     statement=(
         "At beta = 0, SA on S^1 is the Kuramoto model with coupling 1. From a wrapped-Cauchy density with order parameter R0 the "

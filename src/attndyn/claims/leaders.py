@@ -16,7 +16,7 @@ CLAIM = ClaimInfo(
     statement=(
         "Smoke test of the leaders picture beyond d = 1: with V = B B^T and Q^T K = C C^T (PSD), explicit Euler on x with "
         "dt = 0.1 to T = 10 as in the authors' script, the number of columns of P carrying attention (entries > 1e-4) "
-        "drops to a small number (2 in the authors' run). SPEC §4.2 calls this a smoke test, not a theorem: reported, "
+        "drops to a small number (2 in the authors' run). attndyn treats this as a smoke test, not a theorem: reported, "
         "not judged."
     ),
     hypotheses="d = 2; V = B B^T, Q^T K = C C^T with B, C ~ U[-1, 1]^{2x2}; x0 ~ U[-1, 1]^2; residual (Euler) dynamics on x.",

@@ -13,7 +13,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="long-context",
-    paper_ref="arXiv:2510.05554 (critical attention scaling in long-context transformers), as restated in SPEC §8.6",
+    paper_ref="arXiv:2510.05554 (critical attention scaling in long-context transformers)",
     title="Long contexts: the critical scaling beta = gamma log n",
     statement=(
         "On n equiangular unit inputs (<x_i, x_j> = rho) with Q = K = V = I and beta_n = gamma log n, the pairwise cosine of "

@@ -13,7 +13,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="mean-field-limit",
-    paper_ref="SPEC §1.6 and §8.8 (the continuity equation as the n -> infinity limit of the particle system)",
+    paper_ref="arXiv:2305.05465v6 §6 (the continuity equation as the n -> infinity limit of the particle system)",
     title="Particles converge to the mean-field solution at rate n^{-1/2}",
     statement=(
         "Tokens drawn i.i.d. from a density rho0 on S^1 and moved by the engine (SA, Q = K = V = I) stay close to the "

@@ -16,7 +16,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="metastability",
-    paper_ref="arXiv:2410.06833 (dynamic metastability in self-attention), as restated in SPEC §8.4",
+    paper_ref="arXiv:2410.06833 (dynamic metastability in self-attention)",
     title="Metastability: an energy staircase at sum m_a^2, and the pairing phase",
     statement=(
         "On the sphere at large beta, tokens sit in clusters for times of order e^{beta (1 - cos theta)} before two of "

@@ -15,7 +15,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="mode-selection",
-    paper_ref="arXiv:2410.23228 (Bruno, Pasqualotto, Agazzi), Figure 4 and the linearisation, as restated in SPEC §8.2",
+    paper_ref="arXiv:2410.23228 (Bruno, Pasqualotto, Agazzi), Figure 4 and the linearisation",
     title="The uniform state's growth rates and the number of emerging clusters",
     statement=(
         "Linearised about the uniform measure on S^1, a mode-k perturbation grows at lambda_k = k^2 I_k(beta) / beta (USA) or "

@@ -16,7 +16,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="noisy",
-    paper_ref="SPEC §8.7 (the noisy transformer, mean-field McKean-Vlasov on the sphere), in the convention written there",
+    paper_ref="the noisy transformer: a mean-field McKean-Vlasov equation on the sphere (attndyn's convention, stated in the claim)",
     title="Noise: the order parameter against kappa at beta = 0 on the circle, and the linear threshold at beta > 0",
     statement=(
         "dX_i = P_{X_i}((1/n) sum_j e^{beta <X_i, X_j>} X_j) dt + sqrt(2 / kappa) dW_i on S^1 (projected Euler-Maruyama, "
@@ -24,7 +24,7 @@ CLAIM = ClaimInfo(
         "kappa <= 2; above, the stationary order parameter solves R = I_1(kappa R) / I_0(kappa R). Reported: the time- and "
         "seed-averaged order parameter of the particles against that prediction (finite n leaves R ~ n^{-1/2} below the "
         "threshold and rounds the transition). Drawn: the linear threshold kappa_c(beta) = min_l l^2 / lambda_l(beta) "
-        "of SPEC §8.2 (USA rates against diffusion l^2 / kappa), which is 2 at beta = 0."
+        "of the linearisation of arXiv:2410.23228 (USA rates against diffusion l^2 / kappa), which is 2 at beta = 0."
     ),
     hypotheses="beta = 0, d = 2, n = 256 (quick 128), 4 seeds (quick 2), dt = 0.05, t in [0, 40] (quick 20), averages over the last half.",
     kind="report",

@@ -14,7 +14,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="normalization",
-    paper_ref="arXiv:2510.22026 (normalization in Transformers as interacting particles), as restated in SPEC §8.5",
+    paper_ref="arXiv:2510.22026 (normalization in Transformers as interacting particles)",
     title="Normalization schemes: speeds and radii of Post-LN, Pre-LN, Mix-LN, Peri-LN, nGPT and sqrt-scaling",
     statement=(
         "Write x_j = r_j theta_j; directions move by theta_j' = s_j^{-1} P_{theta_j} A_j with a scheme-dependent speed s_j and "
@@ -28,7 +28,7 @@ CLAIM = ClaimInfo(
         "Exact part: n = 6, d = 8, beta = 1.5, radii U[0.5, 2] (1 for Post-LN, whose tokens stay on the unit sphere), "
         "Mix-LN tau = 1, nGPT alpha = 0.5. Rates: n = 4, d = 4, beta = 1, "
         "Dopri5 at rtol 1e-10; Post-LN fitted on t in [3, 9], Pre-LN on log t over t in [40, 400]. nGPT normalises the attention "
-        "output before its step (s = |A| / alpha, arXiv 2410.01131); the Peri-LN row of SPEC's table is marked uncertain there ([U]) "
+        "output before its step (s = |A| / alpha, arXiv 2410.01131); the Peri-LN row is read from a truncated source and is uncertain ([U]) "
         "and the engine implements it as written."
     ),
     kind="pass/fail",

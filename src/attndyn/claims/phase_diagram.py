@@ -13,7 +13,7 @@ from attndyn.workflow import grid, plots, tasks
 
 CLAIM = ClaimInfo(
     id="phase-diagram",
-    paper_ref="arXiv:2312.10794 (GLPR, the equiangular model and the phase diagram), as restated in SPEC §8.1",
+    paper_ref="arXiv:2312.10794 (Geshkovski, Letrouit, Polyanskiy, Rigollet: the equiangular model and the phase diagram)",
     title="Phase diagram on the sphere: random starts approach the equiangular time t*(beta) as d grows",
     statement=(
         "n = 32 tokens start uniformly on S^{d-1} (SA, Q = K = V = I); the statistic is the fraction of pairs with "

@@ -11,7 +11,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="polytope-relaxed",
-    paper_ref="arXiv:2305.05465v6 §12, open problem 1 (sec: first.new, figure f: first.new)",
+    paper_ref="arXiv:2305.05465v6 §12, open problem 1 (and its figure)",
     title="V = I with generic Q^T K (not positive definite): an open problem",
     statement=(
         "The paper observes that 'none of the conclusions seem to change for generic choices of Q^T K'. With V = I and "

@@ -11,7 +11,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="polytope-subspace",
-    paper_ref="arXiv:2305.05465v6 Def. 5.1 (d:goodmulti), Thm 5.2 (t:multiplicity); proof in §10",
+    paper_ref="arXiv:2305.05465v6 §5, Definition 5.1 and Theorem 5.2 (proof in §10)",
     title="Paranormal V: a polytope times a subspace",
     statement=(
         "If Q^T K is symmetric positive definite and V is paranormal (R^d = F + G, V|_F = lambda I, rho(V|_G) < lambda), "
@@ -20,7 +20,7 @@ CLAIM = ClaimInfo(
     ),
     hypotheses=(
         "V = diag(lambda I_p, M), rho(M) < lambda; Q^T K = I or SPD respecting the splitting (judged). Reported, because "
-        "the proof's e:boundrj needs Q^T K to respect the splitting (SPEC §6.6): the orthogonal splitting with a generic "
+        "the proof's e:boundrj needs Q^T K to respect the splitting: the orthogonal splitting with a generic "
         "(not block-diagonal) SPD Q^T K, and a non-orthogonal splitting with generic SPD Q^T K."
     ),
     kind="pass/fail",

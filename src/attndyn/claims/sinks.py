@@ -11,7 +11,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="sinks",
-    paper_ref="Gu et al., arXiv 2410.10781 (attention sinks; sigmoid attention without normalisation forms none); SPEC §9.4",
+    paper_ref="Gu et al., arXiv:2410.10781 (attention sinks; sigmoid attention without normalisation forms none)",
     title="Attention sinks: a key bias on the first token slows clustering under softmax, not under USA",
     statement=(
         "In trained decoders most heads put much of their attention on the first token, whose value is small: a sink. In the "

@@ -21,7 +21,7 @@ CLAIM = ClaimInfo(
     title="Tokens on the sphere: one cluster",
     statement=(
         "On the unit sphere (x_i' = P_{x_i}(sum_j P_ij x_j), Q = K = V = I), for d >= 3 and any beta, almost every initial "
-        "configuration converges to a single cluster (a t -> infinity statement: SPEC §5.1 (ii), corrected). Judged: beta = 1, "
+        "configuration converges to a single cluster (a t -> infinity statement). Judged: beta = 1, "
         "every seed in one cluster by T = 300; beta = 4, every seed in one cluster by T = 10 e^{2 beta} (adaptive steps), and "
         "every seed still split at T = 300 is k >= 2 tight clusters (diameter <= 1e-6) whose centres follow the k-point "
         "reduced ODE (point masses = cluster sizes / n) to 1e-6 over [300, 600]; E_beta non-decreasing along SA and USA; "

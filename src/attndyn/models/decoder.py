@@ -1,4 +1,4 @@
-"""Trained causal decoders (LLaMA family): one typed description, and our own exact forward pass.
+"""Trained causal decoders (LLaMA and Gemma 3 families): one typed description, and our own exact forward pass.
 
 Contract
 --------
@@ -13,6 +13,12 @@ Contract
   the Hugging Face checkpoints use; GGUF readers undo llama.cpp's interleaving), scores
   ``q k^T / sqrt(hd)`` with the causal mask, softmax, GQA, the residual stream after every layer,
   and every attention matrix (per head, after mask and softmax). float64 or float32, any device.
+* Gemma 3 (``arch="gemma3"``) adds, all optional in the description: the embeddings scaled by
+  ``embed_scale`` (sqrt(d)), RMSNorm of each query and key head (``q_norm``/``k_norm``, before RoPE),
+  norms after the attention and feed-forward outputs (``post_attn_norm``/``post_ffn_norm``, the
+  "sandwich"), the tanh-approximated GELU in the gated feed-forward block, and per layer a sliding
+  window (``windows``; token i sees i - w < j <= i) and a RoPE base (``rope_bases``). Norm weights
+  are the multipliers themselves (Gemma's ``1 + w`` is added by the reader).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -41,11 +47,16 @@ class DecoderLayer:
     gate: torch.Tensor  # (f, d)
     up: torch.Tensor  # (f, d)
     down: torch.Tensor  # (d, f)
+    # Gemma 3: the norms after each sub-layer's output, and of each query/key head (hd,)
+    post_attn_norm: torch.Tensor | None = None
+    post_ffn_norm: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class Decoder:
-    """A LLaMA-family decoder (see the module docstring); ``name`` and ``source`` say what was read."""
+    """A LLaMA- or Gemma-3-family decoder (see the module docstring); ``name`` and ``source`` say what was read."""
 
     name: str
     source: str
@@ -59,9 +70,22 @@ class Decoder:
     rope_base: float
     eps: float
     tokenizer: object | None = None  # a tokenizers.Tokenizer, when the file carries one
+    arch: str = "llama"
+    embed_scale: float = 1.0
+    activation: str = "silu"  # the gate's nonlinearity: "silu" (LLaMA) or "gelu_tanh" (Gemma)
+    windows: tuple[int | None, ...] | None = None  # per layer: a sliding window, or None (global)
+    rope_bases: tuple[float, ...] | None = None  # per layer, when they differ (Gemma: local 1e4, global 1e6)
+    bos_id: int | None = None  # prepended by encode() when add_bos (Gemma is trained with it)
+    add_bos: bool = False
 
     def __post_init__(self):
         d = self.embed.shape[1]
+        if self.activation not in ("silu", "gelu_tanh"):
+            raise ValueError(f"{self.name}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
+        for name in ("windows", "rope_bases"):
+            per_layer = getattr(self, name)
+            if per_layer is not None and len(per_layer) != len(self.layers):
+                raise ValueError(f"{self.name}: {name} has {len(per_layer)} entries for {len(self.layers)} layers")
         if self.heads % self.kv_heads:
             raise ValueError(f"{self.name}: {self.heads} query heads do not split into {self.kv_heads} key/value groups")
         for k, layer in enumerate(self.layers):
@@ -86,10 +110,14 @@ class Decoder:
         """Query heads per key/value head."""
         return self.heads // self.kv_heads
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``bos`` prepends the beginning-of-sequence token (default: ``add_bos``,
+        True for Gemma 3, which is trained with it)."""
         if self.tokenizer is None:
             raise ValueError(f"{self.name} carries no tokenizer; pass token ids")
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        bos = self.add_bos if bos is None else bos
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return ([self.bos_id] if bos and self.bos_id is not None else []) + ids
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -141,24 +169,42 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
     cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
     n, H, KV, hd = ids_t.numel(), decoder.heads, decoder.kv_heads, decoder.head_dim
     x = cast(decoder.embed)[ids_t]
-    cos, sin = rope_tables(n, hd, decoder.rope_base, dtype=dtype, device=device)
-    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    if decoder.embed_scale != 1.0:
+        x = x * torch.tensor(decoder.embed_scale, dtype=dtype, device=device)
+    bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
+    tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)}
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    masks = {None: causal}
+    for w in set(decoder.windows or ()) - {None}:
+        masks[w] = causal & ~torch.ones(n, n, dtype=torch.bool, device=device).tril(-w)
+    act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
     hidden, attentions = [x], []
-    for layer in decoder.layers:
+    for k_layer, layer in enumerate(decoder.layers):
+        cos, sin = tables[bases[k_layer]]
+        mask = masks[decoder.windows[k_layer] if decoder.windows else None]
         h = rms_norm(x, cast(layer.attn_norm), decoder.eps)
         q = (h @ cast(layer.W_q).T).view(n, H, hd).transpose(0, 1)
         k = (h @ cast(layer.W_k).T).view(n, KV, hd).transpose(0, 1)
         v = (h @ cast(layer.W_v).T).view(n, KV, hd).transpose(0, 1)
+        if layer.q_norm is not None:
+            q = rms_norm(q, cast(layer.q_norm), decoder.eps)
+        if layer.k_norm is not None:
+            k = rms_norm(k, cast(layer.k_norm), decoder.eps)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         scores = scores.masked_fill(~mask, -math.inf)
         P = torch.softmax(scores, dim=-1)  # subtracts the row maximum
         attentions.append(P)
-        out = (P @ v).transpose(0, 1).reshape(n, H * hd)
-        x = x + out @ cast(layer.W_o).T
+        out = (P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T
+        if layer.post_attn_norm is not None:
+            out = rms_norm(out, cast(layer.post_attn_norm), decoder.eps)
+        x = x + out
         h = rms_norm(x, cast(layer.ffn_norm), decoder.eps)
-        x = x + (torch.nn.functional.silu(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
+        out = (act(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
+        if layer.post_ffn_norm is not None:
+            out = rms_norm(out, cast(layer.post_ffn_norm), decoder.eps)
+        x = x + out
         hidden.append(x)
     logits = rms_norm(x, cast(decoder.norm), decoder.eps) @ cast(decoder.head).T
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
