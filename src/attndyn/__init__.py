@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from attndyn.core.dynamics import Model, attention_matrix, velocity
 from attndyn.core.longtime import LongTrajectory, simulate_long
-from attndyn.core.simulation import Trajectory, residual_layers, simulate
+from attndyn.core.simulation import Trajectory, residual_layers, simulate, sphere_start
 from attndyn.core.solvers import RK4, AdaptiveStep, Dopri5, Euler, FixedStep, Heun
 from attndyn.core.weights import FeedForward, Weights
 
@@ -48,6 +48,7 @@ __all__ = [
     "residual_layers",
     "simulate",
     "simulate_long",
+    "sphere_start",
     "velocity",
     "__version__",
 ]

@@ -64,6 +64,8 @@ def test_tiny_gemma3_forward_equals_transformers_in_float64(tmp_path):
     model, folder = tiny_gemma3(tmp_path)
     dec = read_hf_llama(folder)
     assert dec.arch == "gemma3"
+    assert "tensor(" not in repr(dec)  # a summary, never the weights
+    assert "7 layers" in repr(dec)
     assert dec.windows == (4, 4, 4, 4, 4, None, 4)
     assert dec.rope_bases[5] == 1e6
     assert dec.rope_bases[0] == 1e4

@@ -65,6 +65,16 @@ class Analysis:
     # numerical-validity notes, e.g. a rescaled run that went past its float64 precision horizon
     warnings: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        far = "" if self.max_distance_to_prediction is None else f", farthest token {self.max_distance_to_prediction:.3g} from the prediction"
+        warn = f", {len(self.warnings)} warning{'s' if len(self.warnings) != 1 else ''}" if self.warnings else ""
+        return (
+            f"Analysis({self.regime.name}: {self.regime.reference or 'no theorem applies'}; {self.cluster_count} cluster"
+            f"{'s' if self.cluster_count != 1 else ''} in {self.space} at t = {self.t_final:g}{far}{warn})"
+        )
+
+    __str__ = __repr__
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["regime"] = asdict(self.regime)

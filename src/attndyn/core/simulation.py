@@ -23,15 +23,18 @@ Contract
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
-from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau, integrate
+from attndyn.core.solvers import AdaptiveStep, Dopri5, FixedStep, Tableau, integrate
 from attndyn.core.threads import policy as threads_policy
 from attndyn.core.threads import state_batch, state_work
 from attndyn.core.weights import Weights, as_float_tensor, to_numpy
@@ -61,6 +64,68 @@ class Trajectory:
         """``(ts, xs)`` as NumPy arrays (on the host)."""
         return to_numpy(self.ts), to_numpy(self.xs)
 
+    def __repr__(self) -> str:
+        shape = tuple(self.xs.shape)
+        span = f"t in [{float(self.ts[0]):g}, {float(self.ts[-1]):g}]" if len(self.ts) else "no saves"
+        where = f"{str(self.xs.dtype).removeprefix('torch.')}" + ("" if self.xs.device.type == "cpu" else f" on {self.xs.device}")
+        stats = ", ".join(f"{k} {v}" for k, v in self.stats.items())
+        return f"Trajectory({len(self.ts)} saves, {span}, {self.variable} of shape {shape[1:]}, {where}" + (f"; {stats})" if stats else ")")
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``ts``, ``xs`` (and ``observed``) to an ``.npz`` file, written then renamed (never a
+        half-written file); read it back with :meth:`Trajectory.load`."""
+        path = Path(path)
+        arrays = {"ts": to_numpy(self.ts), "xs": to_numpy(self.xs), "variable": np.array(self.variable)}
+        if self.observed is not None:
+            arrays["observed"] = to_numpy(self.observed)
+        if self.step_size is not None:
+            arrays["step_size"] = np.array(self.step_size)
+        for key, value in self.stats.items():
+            arrays[f"stats_{key}"] = np.array(value)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(buf.getvalue())
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trajectory:
+        """A trajectory written by :meth:`save` (or a run folder's ``trajectory.npz``); float64 on the host.
+        No pickled object is ever loaded (``allow_pickle=False``)."""
+        with np.load(Path(path), allow_pickle=False) as data:
+            keys = set(data.files)
+            if not {"ts", "xs"} <= keys:
+                raise ValueError(f"{path} holds no trajectory: it lacks {sorted({'ts', 'xs'} - keys)}")
+            stats = {k.removeprefix("stats_"): int(data[k]) for k in data.files if k.startswith("stats_")}
+            return cls(
+                torch.from_numpy(np.array(data["ts"], dtype=np.float64)),
+                torch.from_numpy(np.array(data["xs"])),
+                stats,
+                torch.from_numpy(np.array(data["observed"])) if "observed" in keys else None,
+                str(data["variable"]) if "variable" in keys else "x",
+                float(data["step_size"]) if "step_size" in keys else None,
+            )
+
+    def to_xarray(self):
+        """The states as an ``xarray.DataArray`` with dimensions ``(t, *batch, token, coordinate)``."""
+        import xarray as xr
+
+        ts, xs = self.numpy()
+        batch = [f"batch{k}" for k in range(xs.ndim - 3)]
+        dims = ["t", *batch, "token", "coordinate"]
+        coords = {"t": ts, "token": np.arange(xs.shape[-2]), "coordinate": np.arange(xs.shape[-1])}
+        return xr.DataArray(xs, dims=dims, coords=coords, name=self.variable, attrs={k: int(v) for k, v in self.stats.items()})
+
+
+def sphere_start(n: int, d: int, *, batch: tuple[int, ...] = (), seed: int | None = 0) -> np.ndarray:
+    """``(*batch, n, d)`` tokens drawn uniformly on the unit sphere S^{d-1} (normalised Gaussians),
+    the start every ``geometry="sphere"`` model with Post-LN needs."""
+    if n < 1 or d < 1:
+        raise ValueError(f"n = {n} and d = {d} must both be >= 1.")
+    x = np.random.default_rng(seed).normal(size=(*batch, n, d))
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
 
 def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
     """Validate ``x0`` against the model and convert it to a tensor (NumPy float64 stays float64)."""
@@ -80,13 +145,18 @@ def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
     return x
 
 
+# simulate's default: Dopri5 with adaptive steps at these tolerances
+DEFAULT_RTOL = 1e-8
+DEFAULT_ATOL = 1e-10
+
+
 def simulate(
     model: Model,
     x0: np.ndarray | torch.Tensor,
     ts: np.ndarray | torch.Tensor | list[float],
     *,
-    solver: Tableau,
-    step: FixedStep | AdaptiveStep,
+    solver: Tableau | None = None,
+    step: FixedStep | AdaptiveStep | None = None,
     observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
     max_steps: int = 100_000,
     progress: Callable[[float], None] | None = None,
@@ -106,8 +176,9 @@ def simulate(
     model : Model
     x0 : array (*batch, n, d); a tensor keeps its dtype and device.
     ts : increasing save times; ``ts[0]`` is the initial time.
-    solver : Tableau (``Euler()``, ``Heun()``, ``RK4()``, ``Dopri5()``)
-    step : FixedStep or AdaptiveStep (the latter needs an embedded error estimate).
+    solver : Tableau (``Euler()``, ``Heun()``, ``RK4()``, ``Dopri5()``); default ``Dopri5()``.
+    step : FixedStep or AdaptiveStep (the latter needs an embedded error estimate); default
+        ``AdaptiveStep(rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL)`` (1e-8 and 1e-10) with Dopri5.
     observe : optional ``f(t, x) -> tensor`` recorded at each save time.
     max_steps : cap on accepted + rejected steps.
     progress : optional callback ``progress(t)`` after each accepted step.
@@ -119,6 +190,10 @@ def simulate(
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
+    if solver is None and step is None:
+        solver, step = Dopri5(), AdaptiveStep(rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL)
+    elif solver is None or step is None:
+        raise ValueError("give both solver and step, or neither (the default is Dopri5 with adaptive steps, rtol 1e-8, atol 1e-10).")
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
     x = prepare_state(model, x0)

@@ -119,6 +119,10 @@ class Weights:
     V: torch.Tensor
     ff: FeedForward | None = None
 
+    def __repr__(self) -> str:
+        ff = f", feed-forward {self.ff.sigma}" if self.ff is not None else ""
+        return f"Weights({self.heads} head{'s' if self.heads > 1 else ''}, Q/K {self.m} x {self.d}, V {self.d} x {self.d}{ff})"
+
     def __post_init__(self):
         Q = _per_head(as_float_tensor(self.Q, "Q"), "Q")
         K = _per_head(as_float_tensor(self.K, "K"), "K")

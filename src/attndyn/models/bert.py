@@ -78,6 +78,9 @@ class Checkpoint:
     activation: str = "gelu"
     eps: float = 1e-12
 
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.arch}, {len(self.layers)} layers, {self.heads} heads of {self.d_k}, width {self.d_model}, from {self.path})"
+
     @property
     def beta(self) -> float:
         """The score scale 1/sqrt(d_k) of the network, which becomes the dynamics' beta."""

@@ -101,6 +101,12 @@ class Decoder:
                 if tuple(getattr(layer, key).shape) != shape:
                     raise ValueError(f"{self.name}: layer {k} {key} has shape {tuple(getattr(layer, key).shape)}, expected {shape}")
 
+    def __repr__(self) -> str:
+        return (
+            f"Decoder({self.name!r}, {self.arch}, {len(self.layers)} layers, {self.heads} query heads sharing {self.kv_heads} key/value "
+            f"heads of {self.head_dim}, width {self.d_model}, vocabulary {self.embed.shape[0]}, tokenizer {'yes' if self.tokenizer else 'no'})"
+        )
+
     @property
     def d_model(self) -> int:
         return int(self.embed.shape[1])
