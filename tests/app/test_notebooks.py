@@ -16,8 +16,8 @@ NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 BUDGET = 60.0  # seconds per notebook on 2 cores
 
 
-def test_there_are_three_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01-quickstart.ipynb", "02-checkpoint.ipynb", "03-phase-diagram.ipynb"]
+def test_there_are_four_notebooks():
+    assert [p.name for p in NOTEBOOKS] == ["01-quickstart.ipynb", "02-checkpoint.ipynb", "03-phase-diagram.ipynb", "04-trained-decoder.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -36,6 +36,12 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
         from attndyn.models import bert as checkpoints
 
         ok, why = checkpoints.minilm_available()
+        if not ok:
+            pytest.skip(why)
+    if path.stem.startswith("04"):
+        from attndyn.models.decoder_files import smollm2_available
+
+        ok, why = smollm2_available()
         if not ok:
             pytest.skip(why)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
