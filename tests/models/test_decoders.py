@@ -328,3 +328,33 @@ def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
     for name in ("layers.csv", "heads.csv", "index.html", "figures/cosine.png", "figures/sinks.png"):
         assert (out / name).is_file(), name
     assert "SmolLM2" in (out / "index.html").read_text() or "Smollm2" in (out / "index.html").read_text()
+
+
+# --- RoPE averaged over relative offsets --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("hd", "base", "window"), [(8, 100.0, 5), (16, 1e4, 64), (64, 1e5, 1)])
+def test_rope_averaged_core_is_the_mean_product_of_rotated_queries_and_keys(hd, base, window):
+    from attndyn.models.decoder import apply_rope, rope_tables
+    from attndyn.models.decoder_geometry import rope_averaged_core
+
+    rng = np.random.default_rng(0)
+    q, k = (torch.as_tensor(rng.normal(size=hd)) for _ in range(2))
+    cos, sin = rope_tables(window + 3, hd, base, dtype=torch.float64, device="cpu")
+    p = window + 2  # the query's position; keys at p - D behind it
+    brute = np.mean([float(apply_rope(q, cos[p], sin[p]) @ apply_rope(k, cos[p - D], sin[p - D])) for D in range(window)])
+    assert float(q @ rope_averaged_core(hd, base, window) @ k) == pytest.approx(brute, rel=1e-12, abs=1e-12)
+    if window == 1:
+        torch.testing.assert_close(rope_averaged_core(hd, base, 1), torch.eye(hd, dtype=torch.float64))
+
+
+def test_positive_share_equals_the_spectrum_of_the_full_symmetric_part():
+    from attndyn.models.decoder_geometry import _positive_share
+
+    rng = np.random.default_rng(1)
+    Q, K, C = (torch.as_tensor(rng.normal(size=s)) for s in [(4, 9), (4, 9), (4, 4)])
+    A = Q.T @ C @ K
+    lam = torch.linalg.eigvalsh((A + A.T) / 2)
+    assert _positive_share(Q, C, K) == pytest.approx(float(lam.clamp(min=0).sum() / lam.abs().sum()), rel=1e-10)
+    S = torch.as_tensor(rng.normal(size=(9, 9)))
+    assert _positive_share(S[:4], torch.eye(4, dtype=torch.float64), S[:4]) == pytest.approx(1.0)  # Q = K: PSD

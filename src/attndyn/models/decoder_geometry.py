@@ -18,7 +18,11 @@ Contract
   ``W_O,h W_V,h`` and the norm of the position-free kernel ``Q_h^T K_h`` (RoPE left out: it rotates
   pairs of coordinates by position and is not a property of the weights alone) as an effective
   beta, and for chosen layers the regime of the paper that applies to the head alone
-  (:func:`attndyn.analysis.spectra.regime`).
+  (:func:`attndyn.analysis.spectra.regime`). Beside it, the kernel with RoPE averaged over the
+  relative offsets 0..N-1 of a key behind its query (:func:`rope_averaged_core`): the head's mean
+  bilinear form ``Q^T Rbar K`` over a window of N positions, its norm as an effective beta, and
+  for both kernels the share of the symmetric part's spectrum that is positive (1 for the PSD
+  kernels of Theorem 3.1; Gemma's per-head query/key norm weights are folded into Q and K).
 * ``twin(decoder, forward, layer)``: the particle model with layer ``layer``'s own attention
   (pre-norm as the sphere's Pre-LN scheme with RMSNorm's weights folded into Q, K, V; causal;
   every head, with its key/value group; no RoPE, no feed-forward), started from the real hidden
@@ -112,7 +116,42 @@ def layer_table(forwards: list[Forward]) -> list[dict]:
     return rows
 
 
-def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = ()) -> list[dict]:
+ROPE_WINDOW = 64  # relative offsets averaged over: the prompts of the sink protocol are >= 64 tokens
+
+
+def rope_averaged_core(head_dim: int, base: float, window: int) -> torch.Tensor:
+    """``Rbar = (1/N) sum_{D=0}^{N-1} R(-D)`` (hd x hd, float64): RoPE rotates the pairs
+    ``(i, i + hd/2)`` of a query at position p and a key at position p - D so that their product is
+    ``q^T R(-D) k``, with ``R(D) = [[C, -S], [S, C]]``, C and S the cosines and sines of D theta_i,
+    theta_i = base^(-2i/hd)."""
+    half = head_dim // 2
+    theta = base ** (-torch.arange(half, dtype=torch.float64) * 2 / head_dim)
+    D = torch.arange(window, dtype=torch.float64)[:, None]
+    c, s = torch.cos(D * theta).mean(0), torch.sin(D * theta).mean(0)
+    R = torch.zeros(head_dim, head_dim, dtype=torch.float64)
+    idx = torch.arange(half)
+    R[idx, idx] = c
+    R[idx + half, idx + half] = c
+    R[idx, idx + half] = s  # R(-D): the sine terms change sign
+    R[idx + half, idx] = -s
+    return R
+
+
+def _positive_share(Q: torch.Tensor, core: torch.Tensor, K: torch.Tensor) -> float:
+    """The share sum(lambda+) / sum |lambda| of the symmetric part of ``Q^T core K`` (d x d), from a
+    2hd x 2hd problem: its non-zero eigenvalues are those of ``C G``, C = [[0, core/2], [core^T/2, 0]]
+    and G the Gram matrix of the rows of [Q; K]."""
+    hd = Q.shape[0]
+    B = torch.cat([Q, K])
+    C = torch.zeros(2 * hd, 2 * hd, dtype=torch.float64)
+    C[:hd, hd:] = core / 2
+    C[hd:, :hd] = core.T / 2
+    lam = torch.linalg.eigvals(C @ (B @ B.T)).real
+    total = float(lam.abs().sum())
+    return float(lam.clamp(min=0).sum()) / total if total > 0 else float("nan")
+
+
+def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_window: int = ROPE_WINDOW) -> list[dict]:
     """Per layer and head: the spectra of the position-free head, its effective beta, and (for the
     layers in ``regime_layers``) the paper's regime of the head alone.
 
@@ -123,6 +162,9 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = ()) -> list
 
     beta = 1.0 / math.sqrt(decoder.head_dim)
     hd = decoder.head_dim
+    bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
+    cores = {b: rope_averaged_core(hd, b, rope_window) for b in set(bases)}
+    eye = torch.eye(hd, dtype=torch.float64)
     out = []
     for layer in range(len(decoder.layers)):
         L = decoder.layers[layer]
@@ -130,16 +172,25 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = ()) -> list
             g = head // decoder.group
             Q = L.W_q[head * hd : (head + 1) * hd].double()
             K = L.W_k[g * hd : (g + 1) * hd].double()
+            if L.q_norm is not None:  # Gemma: RMSNorm of each head, whose weights scale Q and K
+                Q = L.q_norm.double()[:, None] * Q
+            if L.k_norm is not None:
+                K = L.k_norm.double()[:, None] * K
             small = L.W_v[g * hd : (g + 1) * hd].double() @ L.W_o[:, head * hd : (head + 1) * hd].double()
             eig_V = torch.linalg.eigvals(small).numpy()
             _, R = torch.linalg.qr(Q.T)
             norm_QK = float(torch.linalg.matrix_norm(R @ K, ord=2))
+            core = cores[bases[layer]]
+            norm_rope = float(torch.linalg.matrix_norm(R @ core @ K, ord=2))
             top = eig_V[np.argmax(eig_V.real)]
             row = {
                 "layer": layer,
                 "head": head,
                 "kv_group": g,
                 "effective_beta": beta * norm_QK,
+                "effective_beta_rope": beta * norm_rope,
+                "positive_share_QK": _positive_share(Q, eye, K),
+                "positive_share_rope": _positive_share(Q, core, K),
                 "top_eig_V_real": float(top.real),
                 "top_eig_V_imag": float(top.imag),
                 "top_eig_V_abs": float(np.max(np.abs(eig_V))),
