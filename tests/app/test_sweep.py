@@ -358,6 +358,35 @@ def test_a_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, faults):
     values = ds["sweep_faults:fail_at_beta_2"]
     assert np.isnan(values.sel({"model.beta": 2.0}).values).all()
     assert np.isfinite(values.sel({"model.beta": 4.0}).values).all()
+    # the status command reads the ledger, names the failed task and its error, and writes nothing
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "out").iterdir())
+    st = CliRunner().invoke(app, ["sweep", "status", str(tmp_path / "out")])
+    assert st.exit_code == 0, st.output
+    assert "2 of 3 tasks done, 0 pending, 0 running, 1 failed" in st.output
+    assert "deliberate failure at beta = 2" in st.output
+    assert "'model.beta': 2.0" in st.output
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "out").iterdir()) == before
+
+
+def test_sweep_status_of_a_folder_that_is_not_a_sweep(tmp_path):
+    result = CliRunner().invoke(app, ["sweep", "status", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "is not a sweep folder" in result.output
+    assert list(tmp_path.iterdir()) == []  # no ledger was created
+
+
+def test_one_cluster_is_the_probability_of_one_cluster_at_each_save(tmp_path):
+    long = BASE.replace("t1 = 2.0", "t1 = 30.0").replace("dt = 0.05", "dt = 0.1").replace("save_every = 0.5", "save_every = 2.0")
+    path = write_sweep(tmp_path, '"model.beta" = [1.0, 9.0]\nseed = [0, 1, 2, 3]', 'measures = ["one_cluster", "pair_fraction"]', long)
+    sweep.run(path, tmp_path / "out", workers=0)
+    ds = sweep.load(tmp_path / "out")
+    flags = ds["one_cluster"].values
+    assert set(np.unique(flags)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(flags, (ds["pair_fraction"].values >= 1.0).astype(float))
+    p = ds["one_cluster"].sel({"model.beta": 1.0}).mean("seed").values
+    assert p[0] == 0.0
+    assert p[-1] == 1.0  # beta = 1 is one cluster by t = 30 for every seed
+    assert ds["one_cluster"].sel({"model.beta": 9.0}).mean("seed").values[-1] < 1.0  # beta = 9: still metastable
 
 
 def test_a_changed_sweep_file_is_refused_naming_what_changed(tmp_path):

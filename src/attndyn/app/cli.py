@@ -279,8 +279,8 @@ def meanfield(
 
 @app.command(context_settings={"allow_extra_args": False})
 def sweep(
-    target: Annotated[str, typer.Argument(help="SWEEP.toml to run, or 'export' / 'plot' followed by the sweep folder.")],
-    folder: Annotated[Path | None, typer.Argument(help="With export or plot: the sweep folder.")] = None,
+    target: Annotated[str, typer.Argument(help="SWEEP.toml to run, or 'status' / 'export' / 'plot' followed by the sweep folder.")],
+    folder: Annotated[Path | None, typer.Argument(help="With status, export or plot: the sweep folder.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Sweep folder to write (running) or file to write (export, plot).")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Dask worker processes (0: in-process; default: one per core).")] = None,
     scheduler: Annotated[str | None, typer.Option("--scheduler", help="Address of an existing Dask scheduler (tcp://host:port).")] = None,
@@ -294,15 +294,34 @@ def sweep(
 ) -> None:
     """Run, export or plot a resumable parameter sweep (Dask).
 
-    attndyn sweep SWEEP.toml --out DIR [--workers N | --scheduler ADDRESS]; attndyn sweep export DIR
-    --format netcdf|zarr|csv; attndyn sweep plot DIR --measure M --x KEY --y KEY. Exit 1 when a task
-    failed (the others are kept), 2 on a bad file or a changed sweep on an existing folder.
+    attndyn sweep SWEEP.toml --out DIR [--workers N | --scheduler ADDRESS]; attndyn sweep status DIR
+    (done, pending and failed tasks, read-only); attndyn sweep export DIR --format netcdf|zarr|csv;
+    attndyn sweep plot DIR --measure M --x KEY --y KEY. Exit 1 when a task failed (the others are
+    kept), 2 on a bad file or a changed sweep on an existing folder.
     """
     from attndyn.app.ledger import LEDGER
     from attndyn.app.sweep_driver import run as run_sweep
     from attndyn.app.sweep_results import export, plot
     from attndyn.workflow.grid import SweepError
 
+    if target == "status":
+        from attndyn.app.ledger import status
+
+        if folder is None:
+            fail("attndyn sweep status needs the sweep folder")
+        try:
+            st = status(folder)
+        except SweepError as err:
+            fail(str(err))
+        c = st["counts"]
+        lines = [f"{folder}: {c['done']} of {st['total']} tasks done, {c['pending']} pending, {c['running']} running, {c['failed']} failed"]
+        lines += [f"  failed task {f['task']} {f['point']}: {f['error']}" for f in st["failed"]]
+        lines += [f"  {u['status']} task {u['task']} {u['point']}" for u in st["unfinished"]]
+        if c["done"] < st["total"]:
+            lines.append("rerun the same `attndyn sweep SWEEP.toml --out DIR` command to finish the rest")
+        for line in lines:
+            console.print(line, markup=False, soft_wrap=True)
+        return
     if target in ("export", "plot"):
         if folder is None:
             fail(f"attndyn sweep {target} needs the sweep folder")

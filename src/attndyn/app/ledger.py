@@ -167,3 +167,33 @@ def _difference(old: dict, new: dict, prefix: str = "") -> str:
 def _task_coords(sweep: Sweep, task_id: int) -> dict:
     """The grid coordinates a task's points share: all but ``seed`` (its points are that grid point at every seed)."""
     return {k: v for k, v in sweep.points[sweep.tasks[task_id][0]].coords.items() if k != "seed"}
+
+
+def status(folder: Path, *, limit: int = 10) -> dict:
+    """What a sweep folder holds, read-only (nothing is created or locked): the count of tasks by
+    status, and the first ``limit`` failed (with their error) and unfinished tasks with their grid
+    points. SweepError when the folder has no ledger or it cannot be read."""
+    path = Path(folder) / LEDGER
+    if not path.is_file():
+        raise SweepError(f"{folder} is not a sweep folder: it has no {LEDGER}")
+    # with no write-ahead log beside it no driver is writing: open it immutable, so that SQLite creates
+    # none of its -wal/-shm files either; a running driver's ledger is read through its log
+    immutable = "&immutable=1" if not path.with_name(path.name + "-wal").exists() else ""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True)
+        try:
+            counts = dict(db.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status"))
+            failed = list(db.execute("SELECT task_id, coords, error FROM tasks WHERE status = 'failed' ORDER BY task_id LIMIT ?", (limit,)))
+            waiting = list(
+                db.execute("SELECT task_id, coords, status FROM tasks WHERE status IN ('pending', 'running') ORDER BY task_id LIMIT ?", (limit,))
+            )
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as err:
+        raise SweepError(f"the ledger {path} cannot be read ({err})") from None
+    return {
+        "counts": {key: int(counts.get(key, 0)) for key in ("done", "pending", "running", "failed")},
+        "total": int(sum(counts.values())),
+        "failed": [{"task": t, "point": json.loads(c), "error": e} for t, c, e in failed],
+        "unfinished": [{"task": t, "point": json.loads(c), "status": s} for t, c, s in waiting],
+    }

@@ -40,11 +40,17 @@ def energy(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.nd
 
 
 # measures over time written for any leading axes: a batch (T, B, n, d) gives (T, B) in one call
-BATCHED_MEASURES = {"pair_fraction", "energy"}
+def one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
+    """1 at the save times where every pair has cos >= ``pair_threshold``, else 0: ``(T,)``; averaged
+    over the seed dimension of the exported array, the probability of one cluster at each save."""
+    return (pair_fraction(ts, xs, model, options) >= 1.0).astype(np.float64)
+
+
+BATCHED_MEASURES = {"pair_fraction", "energy", "one_cluster"}
 
 
 # measures of the tokens' inner products only: the same on the span coordinates Y as on X = Y U^T
-INNER_PRODUCT_MEASURES = {"pair_fraction", "energy", "time_to_one_cluster"}
+INNER_PRODUCT_MEASURES = {"pair_fraction", "energy", "time_to_one_cluster", "one_cluster"}
 
 
 def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
@@ -80,6 +86,7 @@ MEASURES: dict[str, Callable] = {
     "pair_fraction": pair_fraction,
     "energy": energy,
     "time_to_one_cluster": time_to_one_cluster,
+    "one_cluster": one_cluster,
     "cluster_count": cluster_count,
     "boolean_distance": boolean_distance,
 }
