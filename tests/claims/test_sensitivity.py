@@ -25,7 +25,11 @@ SENSITIVITY = {
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
-        ({"particle_beta_factor": 0.95}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
+        (
+            {"particle_beta_factor": 0.95},
+            {},
+            ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle", "linear attention: |C' - 2 beta C^2|", "linear attention: |C(t) - C0"],
+        ),
         ({"solver": "euler"}, {}, ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]),
     ],
     CPB: [

@@ -727,6 +727,13 @@ def test_gaussian_mean_field_checks_fail_on_violations():
     assert failing(tampered[0], "Q = K = V = I: integration error")
     assert failing(tampered[1], "non-symmetric Q, K, V: |particle moment")
     assert failing(tampered[1], "non-symmetric Q, K, V: integration error")
+    a = copy_arrays(cid)
+    a["linear_velocity"][3] *= 1 + 1e-9  # the field at one save 1e-9 off the exact identity
+    assert failing(judged(cid, a), "linear attention: |C' - 2 beta C^2|")
+    a = copy_arrays(cid)
+    a["linear"][-1] *= 1 + 1e-9  # an engine error moves both tolerance runs (their difference is the budget)
+    a["linear_fine"][-1] *= 1 + 1e-9
+    assert failing(judged(cid, a), "linear attention: |C(t) - C0")
 
 
 def test_causal_position_bias_checks_fail_on_violations():

@@ -8,7 +8,9 @@ Contract
 * softmax: row-softmax, computed with row-max subtraction (never ``exp(L)/sum exp(L)``);
 * hardmax (the limit beta = inf, resolved by ``resolve_beta``, SPEC §5.3): uniform over the argmax set of each
   row; scores within a few ulps of the row maximum count as ties and share the weight;
-* unnormalized (USA, SPEC §5.1): ``exp(L_ij) / n``.
+* unnormalized (USA, SPEC §5.1): ``exp(L_ij) / n``;
+* linear: ``L_ij / n`` (masked entries 0, and the row divided by its number of keys under a mask):
+  linear attention, whose covariance obeys an exact finite-n identity (SPEC §9.1).
 
 Two sibling implementations: ``dense_attention`` builds the n x n scores explicitly (the readable
 reference, any weighting); ``fused_attention`` (softmax only) calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
@@ -26,8 +28,8 @@ from typing import Literal, get_args
 import torch
 import torch.nn.functional as F
 
-# How scores become weights: row softmax, hardmax (beta = inf) or unnormalized exp / n (USA).
-Weighting = Literal["softmax", "hardmax", "unnormalized"]
+# How scores become weights: row softmax, hardmax (beta = inf), unnormalized exp / n (USA) or linear L / n.
+Weighting = Literal["softmax", "hardmax", "unnormalized", "linear"]
 WEIGHTINGS: tuple[str, ...] = get_args(Weighting)
 
 # Scores closer than this many ulps (relative to the row's largest |score|) to the row maximum
@@ -115,6 +117,12 @@ def weights_from_scores(
         raise FloatingPointError("attention scores overflowed (non-finite logits); the state or the scale beta*e^{2tV} is too large.")
     n = L.shape[-1]
     L = with_sink_bias(L, sink_bias)
+    if weighting == "linear":
+        if not causal:
+            return L / n
+        blocked = causal_mask(n, L.device, window)
+        keys = (~blocked).sum(-1, keepdim=True).to(L.dtype)
+        return L.masked_fill(blocked, 0.0) / keys
     if causal:
         L = L.masked_fill(causal_mask(n, L.device, window), -torch.inf)
     if weighting == "hardmax":

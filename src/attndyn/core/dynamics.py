@@ -16,6 +16,7 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``sink_bias=b``: every query's logit for the first token gets ``+ b`` (a key bias: the first token
   becomes an attention sink, §9.4); 0 is the plain model;
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
+* ``normalization="linear"``: linear attention, ``(1/n) sum_j beta<Q x_i, K x_j> V x_j`` (§9.1);
 * ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
 * ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of SPEC §8.5 on the split
   x_j = r_j theta_j, with A_j = sum_k w_jk V theta_k evaluated at the directions and
@@ -55,7 +56,7 @@ from attndyn.core.weights import Weights, as_float_tensor
 Mask = Literal["full", "causal", "window"]
 Geometry = Literal["euclidean", "sphere"]
 Kernel = Literal["auto", "dense", "fused"]
-Normalization = Literal["softmax", "unnormalized"]
+Normalization = Literal["softmax", "unnormalized", "linear"]
 Scheme = Literal["post", "pre", "mix", "peri", "ngpt", "sqrt"]
 MASKS: tuple[str, ...] = get_args(Mask)
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
@@ -134,10 +135,12 @@ class Model:
             raise ValueError("sink_bias with beta=inf is not defined: the hardmax compares unscaled scores, to which a bias cannot be added.")
         if hard and self.normalization == "unnormalized":
             raise ValueError("beta=inf with normalization='unnormalized' is not defined: exp(inf * score) has no limit.")
+        if hard and self.normalization == "linear":
+            raise ValueError("beta=inf with normalization='linear' is not defined: linear attention has no hardmax limit.")
         if self.attention == "fused" and hard:
             raise ValueError("attention='fused' computes a softmax and has no hardmax; use attention='dense' for beta=inf.")
-        if self.attention == "fused" and self.normalization == "unnormalized":
-            raise ValueError("attention='fused' always normalizes rows; use attention='dense' for normalization='unnormalized'.")
+        if self.attention == "fused" and self.normalization in ("unnormalized", "linear"):
+            raise ValueError(f"attention='fused' computes a softmax; use attention='dense' for normalization={self.normalization!r}.")
 
     @property
     def hard(self) -> bool:
@@ -145,10 +148,10 @@ class Model:
 
     @property
     def weighting(self) -> Weighting:
-        """How scores become weights: ``softmax``, ``hardmax`` (beta = inf) or ``unnormalized`` (USA)."""
+        """How scores become weights: ``softmax``, ``hardmax`` (beta = inf), ``unnormalized`` (USA) or ``linear``."""
         if self.hard:
             return "hardmax"
-        return "unnormalized" if self.normalization == "unnormalized" else "softmax"
+        return self.normalization
 
 
 @dataclass(frozen=True, eq=False)
