@@ -89,6 +89,11 @@ def test_every_claim_has_a_card_with_its_verdict_and_a_picture(pw, claims_report
         assert card.locator(".badge").inner_text() == claim["verdict"]
         assert card.locator("img").count() == 1
         assert card.is_visible()
+        # the full title, wrapped, never clipped; the checks read as sentences
+        title = card.locator("h3")
+        assert title.inner_text() == json.loads((claims_report / "runs" / claim["id"] / "result.json").read_text())["title"]
+        assert title.evaluate("e => e.scrollHeight <= e.clientHeight + 1")
+        assert "..." not in card.locator("ul").inner_text()
     # the first screen (1400 x 900) shows the grid with pictures
     first = page.locator(".card").first.bounding_box()
     assert first["y"] + first["height"] < 900

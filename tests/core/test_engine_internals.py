@@ -226,14 +226,17 @@ def test_importing_plots_leaves_matplotlib_global_state_alone():
         "before = (matplotlib.get_backend(), dict(matplotlib.rcParams))\n"
         "import attndyn.workflow.plots as p, numpy as np\n"
         "fig = p.trajectories(np.linspace(0, 1, 3), np.zeros((3, 2, 2)))\n"
+        "big = p.trajectories(np.linspace(0, 1, 3), np.zeros((3, 2, 2)), style={'font.size': 17})\n"
         "after = (matplotlib.get_backend(), dict(matplotlib.rcParams))\n"
-        "print(json.dumps([before[0] == after[0], before[1] == after[1], fig.axes[0].xaxis.label.get_fontsize()]))\n"
+        "sizes = [f.axes[0].xaxis.label.get_fontsize() for f in (fig, big)]\n"
+        "print(json.dumps([before[0] == after[0], before[1] == after[1], *sizes]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    same_backend, same_rc, fontsize = json.loads(out.stdout)
+    same_backend, same_rc, fontsize, styled = json.loads(out.stdout)
     assert same_backend
     assert same_rc
     assert fontsize == 11  # the module's style was applied inside the figure function
+    assert styled == 17  # and a figure's own style argument overrides it, for that figure only
 
 
 def test_public_functions_are_annotated():

@@ -167,15 +167,24 @@ KIND_LABEL = {"pass/fail": "pass/fail", "report": "report"}
 def _key_numbers(r: dict, k: int = 2) -> list[str]:
     """The one or two numbers that matter: the first judged checks (or reported values)."""
     checks = [c for c in r["checks"] if c.get("passed") is not None] or list(r["checks"])
-    out = []
-    for c in checks[:k]:
-        name = c["name"] if len(c["name"]) <= 80 else c["name"][:77] + "..."
-        threshold = c.get("threshold") or ""
-        tail = f" ({html.escape(str(threshold))})" if threshold and threshold != "(reported)" else ""
-        out.append(f"{html.escape(name)}: <b>{_fmt(c['value'])}</b>{tail}")
+    out = [_sentence(c) for c in checks[:k]]
     if r["verdict"] == "skipped":
         out = [html.escape(r.get("reason", "skipped"))]
     return out
+
+
+def _sentence(c: dict) -> str:
+    """A check as a sentence for a card: "... : 0 of 120 fail", "... : worst 3.2e-13 (seed 4), within <= 1e-12"."""
+    name = html.escape(c["name"])
+    threshold = str(c.get("threshold") or "")
+    if c.get("passed") is None:
+        return f"{name}: <b>{_fmt(c['value'])}</b>"
+    if threshold.startswith("0 of "):
+        total = threshold.removeprefix("0 of ").removesuffix(" fail")
+        return f"{name}: <b>{int(c['value'])} of {html.escape(total)} fail</b>"
+    worst = f" ({html.escape(c['worst_case'])})" if c.get("worst_case") else ""
+    verdict = "within" if c["passed"] else "outside"
+    return f"{name}: worst <b>{_fmt(c['value'])}</b>{worst}, {verdict} {html.escape(threshold)}"
 
 
 def _card(r: dict) -> str:
@@ -191,7 +200,7 @@ def _card(r: dict) -> str:
     verdict = html.escape(r["verdict"])
     return (
         f'<article class="card" id="card-{cid}" data-verdict="{verdict}" data-kind="{kind}">{hero}'
-        f'<h3 class="clamp"><a href="#{cid}">{html.escape(r.get("title") or r["id"])}</a></h3>'
+        f'<h3><a href="#{cid}">{html.escape(r.get("title") or r["id"])}</a></h3>'
         f'<p class="ref clamp" title="{html.escape(r["paper_ref"])}">{cid} &middot; {html.escape(r["paper_ref"])}</p>'
         f'<div class="meta"><span class="badge {verdict}">{verdict}</span><span class="kind">{kind}</span></div>'
         f"<ul>{nums}</ul></article>"

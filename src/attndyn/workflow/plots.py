@@ -37,11 +37,12 @@ STYLE = {
 
 
 def styled(fn: Callable) -> Callable:
-    """Run a figure function under the module's style."""
+    """Run a figure function under the module's style; every figure function takes ``style``, a
+    dict of rcParams that override it for that figure only (``style={"font.size": 14}``)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with matplotlib.rc_context(STYLE):
+    def wrapper(*args, style: dict | None = None, **kwargs):
+        with matplotlib.rc_context({**STYLE, **(style or {})}):
             return fn(*args, **kwargs)
 
     return wrapper
@@ -213,14 +214,16 @@ def coordinates_vs_time(ts: np.ndarray, c: np.ndarray, *, levels: dict, ylabel: 
 def attention_heatmaps(Ps: list[np.ndarray], times: np.ndarray, ranks: list[int], *, tol: float, title: str) -> Figure:
     """P at several times, each titled with its numerical rank at the explicit tolerance."""
     k = len(Ps)
-    fig, axes = _subplots(1, k, figsize=(2.6 * k, 2.9), squeeze=False)
+    fig, axes = _subplots(1, k, figsize=(2.6 * k + 0.8, 2.9), squeeze=False)
+    image = None
     for ax, P, t, r in zip(axes[0], Ps, times, ranks, strict=True):
-        ax.imshow(P, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        image = ax.imshow(P, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
         ax.set_title(f"t = {t:.3g}, rank = {r}", fontsize=10)
         ax.set_xlabel("j (attended)")
         ax.set_ylabel("i")
     fig.suptitle(f"{title} (rank: singular values > {tol:g})", fontsize=11)
     fig.tight_layout()
+    fig.colorbar(image, ax=list(axes[0]), label="$P_{ij}$", fraction=0.04, pad=0.02)
     return fig
 
 
@@ -390,6 +393,7 @@ def heatmap_movie(path: str | Path, ts: np.ndarray, Ps: list[np.ndarray], ranks:
     def setup(fig):
         ax = fig.add_subplot()
         im = ax.imshow(Ps[0], cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+        fig.colorbar(im, ax=ax, label="$P_{ij}$")
         ax.set_xlabel("j (attended)")
         ax.set_ylabel("i")
         return ax, im
