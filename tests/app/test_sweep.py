@@ -291,6 +291,46 @@ def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
         np.testing.assert_array_equal(sweep.load(out)[name].values, sweep.load(reference)[name].values)
 
 
+def test_ctrl_c_says_how_many_tasks_are_done_and_how_to_resume(tmp_path):
+    grid = '"model.beta" = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]\nseed = [0, 1]'
+    path = write_sweep(tmp_path, grid, "", BASE.replace("t1 = 2.0", "t1 = 6.0"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attndyn", "sweep", path, "--out", str(out), "--workers", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (out / sweep.LEDGER).exists():
+                try:
+                    tasks, _ = ledger_rows(out)
+                except sqlite3.OperationalError:
+                    tasks = {}
+                if any(s == "done" for s, _ in tasks.values()):
+                    break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    said = " ".join(err.split())
+    done = sum(s == "done" for s, _ in ledger_rows(out)[0].values())
+    assert f"interrupted: {done} of 10 tasks done" in said, said
+    assert "rerun the same command to resume" in said
+
+
+def test_the_example_sweep_file_is_valid():
+    from tests.helpers import ROOT
+
+    spec = sweep.load_spec(ROOT / "configs" / "sweeps" / "one-cluster.toml")
+    assert spec.measures == ["one_cluster", "pair_fraction", "cluster_count"]
+    assert len(spec.tasks) == 3
+
+
 FAULTS = textwrap.dedent(
     """
     import os
@@ -443,6 +483,7 @@ def test_heatmap_command(tmp_path):
     result = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.beta", "--y", "t"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "pair_fraction_model.beta_t.png").is_file()
+    assert ":" not in "".join(p.name for p in (tmp_path / "out").glob("*.png"))
     bad = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.bta", "--y", "t"])
     assert bad.exit_code == 2
     assert "model.bta" in bad.output

@@ -366,7 +366,14 @@ def sweep(
         summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
     except KeyboardInterrupt:
         bar.stop()
-        say(f"the tasks done so far are kept in {out}; rerun the same command to resume", label="interrupted", style="bold yellow")
+        from attndyn.app.ledger import status
+
+        try:
+            c = status(out)
+            done = f"{c['counts']['done']} of {c['total']} tasks done"
+        except SweepError:
+            done = "no task finished"
+        say(f"{done}; they are kept in {out}: rerun the same command to resume", label="interrupted", style="bold yellow")
         raise typer.Exit(130) from None
     except SweepError as err:
         bar.stop()

@@ -132,7 +132,8 @@ def plot(folder: str | Path, measure: str, x: str, y: str, path: str | Path | No
     """Draw :func:`heatmap` into ``path`` (default ``folder/MEASURE_X_Y.png``), never over a file attndyn did not write."""
     from attndyn.workflow import plots
 
-    target = Path(path) if path is not None else Path(folder) / f"{measure}_{x}_{y}.png"
+    safe = "_".join(part.replace(":", "-").replace("/", "-") for part in (measure, x, y))  # no colons in file names
+    target = Path(path) if path is not None else Path(folder) / f"{safe}.png"
     if target.suffix != ".png":
         raise SweepError(f"--out {str(target)!r}: a plot is written as .png")
     figure = heatmap(folder, measure, x, y)

@@ -140,7 +140,7 @@ class Model:
         if self.attention == "fused" and hard:
             raise ValueError("attention='fused' computes a softmax and has no hardmax; use attention='dense' for beta=inf.")
         if self.attention == "fused" and self.normalization in ("unnormalized", "linear"):
-            raise ValueError(f"attention='fused' computes a softmax; use attention='dense' for normalization={self.normalization!r}.")
+            raise ValueError(f"attention='fused' always normalizes rows (a softmax); use attention='dense' for normalization={self.normalization!r}.")
 
     @property
     def hard(self) -> bool:
@@ -297,7 +297,8 @@ def _eigen_factors(V: torch.Tensor) -> tuple | None:
 
 def _expm_from_eigen(eig: tuple, t: float) -> np.ndarray:
     S, w, S_inv = eig
-    E = (S * np.exp(t * w)) @ S_inv
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow gives inf, which the callers report
+        E = (S * np.exp(t * w)) @ S_inv
     return E.real if np.iscomplexobj(E) else E
 
 
