@@ -252,6 +252,20 @@ def ledger_rows(folder):
     return tasks, points
 
 
+def wait_until_done(out, tasks_done: int, seconds: float = 120) -> None:
+    """Poll a running sweep's ledger until at least ``tasks_done`` tasks are done (or time runs out)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if (out / sweep.LEDGER).exists():
+            try:
+                tasks, _ = ledger_rows(out)
+            except sqlite3.OperationalError:
+                tasks = {}
+            if sum(s == "done" for s, _ in tasks.values()) >= tasks_done:
+                return
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
     grid = '"model.beta" = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]\nseed = [0, 1]'
@@ -262,16 +276,7 @@ def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
         [sys.executable, "-m", "attndyn", "sweep", path, "--out", str(out), "--workers", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if (out / sweep.LEDGER).exists():
-                try:
-                    tasks, _ = ledger_rows(out)
-                except sqlite3.OperationalError:
-                    tasks = {}
-                if sum(s == "done" for s, _ in tasks.values()) >= kill_after:
-                    break
-            time.sleep(0.02)
+        wait_until_done(out, kill_after)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
@@ -302,16 +307,7 @@ def test_ctrl_c_says_how_many_tasks_are_done_and_how_to_resume(tmp_path):
         text=True,
     )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if (out / sweep.LEDGER).exists():
-                try:
-                    tasks, _ = ledger_rows(out)
-                except sqlite3.OperationalError:
-                    tasks = {}
-                if any(s == "done" for s, _ in tasks.values()):
-                    break
-            time.sleep(0.02)
+        wait_until_done(out, 1)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
