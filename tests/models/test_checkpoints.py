@@ -129,6 +129,30 @@ def test_missing_folder_exits_2(tmp_path):
     assert "does not exist" in result.output
 
 
+def test_a_file_or_a_hub_id_where_a_folder_is_expected_says_what_is_expected(tmp_path):
+    folder, _ = tiny(tmp_path, "bert")
+    for target, words in [(str(folder / "config.json"), "is a file: give the folder"), ("some-org/some-model", "attndyn never downloads")]:
+        result = CliRunner().invoke(app, ["checkpoint", target, "--out", str(tmp_path / "r")])
+        assert result.exit_code == 2, result.output
+        assert words in " ".join(result.output.split())
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_page_is_titled_by_the_model_and_the_table_is_printed(tmp_path):
+    folder, _ = tiny(tmp_path, "bert")
+    out = tmp_path / "report"
+    refused = CliRunner().invoke(app, ["checkpoint", str(folder), "--out", str(out)])
+    assert refused.exit_code == 2  # the dynamics need a tokenizer, which this folder lacks
+    assert "tokenizer" in refused.output
+    result = CliRunner().invoke(app, ["checkpoint", str(folder), "--out", str(out), "--table", "--spectra-only"])
+    assert result.exit_code == 0, result.output
+    assert "Spectra only" in (out / "index.html").read_text()
+    assert f"<title>{folder.name}: attndyn checkpoint report</title>" in (out / "index.html").read_text()
+    record = json.loads((out / "checkpoint.json").read_text())
+    assert f"{len(record['per_head'])} heads" in result.output  # the table's title
+    assert "regime" in result.output
+
+
 def test_too_many_tokens_for_the_position_table(tmp_path):
     folder, _ = tiny(tmp_path, "bert")
     c = ck.load_checkpoint(folder)

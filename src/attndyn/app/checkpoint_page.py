@@ -48,16 +48,18 @@ def checkpoint_report(
     progress: Callable[[str], None] | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
+    spectra_only: bool = False,
 ) -> dict:
     """Spectra of every head and the dynamics of one layer's weights against the real network.
 
     The real encoder runs on the host; the simulated dynamics run on ``device`` in ``dtype``.
+    ``spectra_only`` writes the head spectra alone: no text, so no tokenizer is needed.
     """
     from attndyn.workflow import plots
 
     ckpt = load_checkpoint(resolve(path_or_name), allow_pickle=allow_pickle)
     ckpt.weights(layer, head)  # validates layer and head before any work
-    x0, tokens = embed(ckpt, text, dtype=dtype)
+    x0, tokens = (None, []) if spectra_only else embed(ckpt, text, dtype=dtype)
     owner = ownership.claim(out, "checkpoint", "attndyn checkpoint")
     ownership.clear(owner)  # the previous page, its JSON and figures; nothing attndyn did not write
     out = owner.folder
@@ -78,6 +80,8 @@ def checkpoint_report(
         plots.save(fig, out / name)
         figures.append(name)
 
+    if spectra_only:
+        return _write(out, owner, ckpt, table, figures, text=None, tokens=[], layer=layer, head=head, regime_name=None, sim_error=None, comparison=[])
     step("real hidden states")
     hidden, probs = encoder_layers(ckpt, x0)
     L = len(hidden) - 1
@@ -126,8 +130,26 @@ def checkpoint_report(
         from attndyn.analysis.spectra import regime
 
         regime_name = regime(weights, beta=ckpt.beta).name
+    return _write(
+        out,
+        owner,
+        ckpt,
+        table,
+        figures,
+        text=text,
+        tokens=tokens,
+        layer=layer,
+        head=head,
+        regime_name=regime_name,
+        sim_error=sim_error,
+        comparison=comparison,
+    )
+
+
+def _write(out: Path, owner, ckpt, table: list, figures: list, *, text, tokens, layer, head, regime_name, sim_error, comparison) -> dict:
     record = {
         "version": __version__,
+        "model": str(ckpt.config.get("_name_or_path") or ckpt.path.name).rstrip("/").split("/")[-1] or ckpt.path.name,
         "checkpoint": str(ckpt.path),
         "arch": ckpt.arch,
         "layers": len(ckpt.layers),
@@ -181,19 +203,25 @@ def render(r: dict) -> str:
     )
     figs = "".join(f'<img src="{html.escape(f)}" alt="{html.escape(f)}" style="max-width:100%">' for f in r["figures"])
     who = f"layer {r['layer']}, " + (f"head {r['head']}" if r["head"] is not None else "all heads summed")
+    dynamics = (
+        f"<h2>Dynamics of {html.escape(who)} vs the real network</h2><p>Text: <code>{html.escape(r['text'] or '')}</code>. "
+        "Weights frozen in time; continuous flow at t = depth and residual iteration with step 1, both from the real embeddings. "
+        "The real network also has biases, LayerNorm and feed-forward layers, which the dynamics leave out.</p>"
+        "<table><tr><th>depth</th><th>real cos</th><th>real eff. rank</th><th>real leaders</th><th>flow cos</th><th>flow eff. rank</th>"
+        f"<th>flow leaders</th><th>residual cos</th><th>residual eff. rank</th><th>residual leaders</th></tr>{comp}</table>"
+    )
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>attndyn checkpoint report</title>"
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(r.get('model', 'checkpoint'))}: attndyn checkpoint report</title>"
         "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:0.2em 0.5em}</style></head><body>"
-        f"<h1>Checkpoint: {html.escape(r['checkpoint'])}</h1><p>attndyn {html.escape(r['version'])}; {r['arch']}, {r['layers']} layers, "
+        f"<h1>{html.escape(r.get('model', 'Checkpoint'))}</h1><p>{html.escape(r['checkpoint'])}</p>"
+        f"<p>attndyn {html.escape(r['version'])}; {r['arch']}, {r['layers']} layers, "
         f"{r['heads']} heads, d_model = {r['d_model']}, d_k = {r['d_k']}, beta = 1/sqrt(d_k) = {r['beta']:.4g}.</p>"
         f"<p><b>{r['good_triples']}</b> of {r['heads_total']} heads are good triples (Def. 4.1: eigenvalue of V_h of largest modulus "
         "real, positive, simple, and &lt;Q phi_1, K phi_1&gt; &gt; 0 with the unsymmetrized form).</p>"
         "<table><tr><th>layer</th><th>head</th><th>regime</th><th>good triple</th><th>lambda_1 of V_h</th><th>next |lambda|</th>"
         f"<th>&lt;Q phi_1, K phi_1&gt;</th><th>eig sym(beta Q^T K)</th><th>effective beta</th></tr>{rows}</table>"
-        f"<h2>Dynamics of {html.escape(who)} vs the real network</h2><p>Text: <code>{html.escape(r['text'])}</code>. "
-        "Weights frozen in time; continuous flow at t = depth and residual iteration with step 1, both from the real embeddings. "
-        "The real network also has biases, LayerNorm and feed-forward layers, which the dynamics leave out.</p>"
-        "<table><tr><th>depth</th><th>real cos</th><th>real eff. rank</th><th>real leaders</th><th>flow cos</th><th>flow eff. rank</th>"
-        f"<th>flow leaders</th><th>residual cos</th><th>residual eff. rank</th><th>residual leaders</th></tr>{comp}</table>{figs}</body></html>"
+        + (dynamics if r.get("text") is not None else "<p>Spectra only (<code>--spectra-only</code>): no text was run through the network.</p>")
+        + f"{figs}</body></html>"
     )

@@ -649,6 +649,10 @@ def checkpoint(
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
     prompts: Annotated[Path | None, typer.Option("--prompts", help="Decoders: a text file of prompts, one per paragraph.")] = None,
     twin_layers: Annotated[str | None, typer.Option("--twin-layers", help="Decoders: particle-twin layers, e.g. 0,7,15.")] = None,
+    table: Annotated[bool, typer.Option("--table", help="Also print the per-head table (it is in heads.csv / checkpoint.json either way).")] = False,
+    spectra_only: Annotated[
+        bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
+    ] = False,
 ) -> None:
     """Head spectra and dynamics of a trained checkpoint.
 
@@ -662,8 +666,20 @@ def checkpoint(
 
     dev, torch_dtype = engine_options(device, dtype)
     if _is_decoder(path):
-        _decoder(path, out, prompts, twin_layers, layer, head, torch_dtype)
+        record = _decoder(path, out, prompts, twin_layers, layer, head, torch_dtype)
+        if table:
+            _head_table(
+                record["per_head"], ("layer", "head", "kv_group", "effective_beta", "effective_beta_rope", "positive_share_rope", "top_eig_V_real")
+            )
         return
+    p = Path(path)
+    if path.lower() != "minilm" and p.is_file():
+        fail(
+            f"{path!r} is a file: give the folder that holds config.json and the *.safetensors weights "
+            "(or 'minilm', 'smollm2', 'gemma3', a .gguf file)"
+        )
+    if path.lower() != "minilm" and not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
+        fail(f"{path!r} is not a folder here; attndyn never downloads: a hub id needs its files on disk (config.json, *.safetensors)")
 
     if out.exists() and not out.is_dir():
         fail(f"--out {str(out)!r} exists and is not a folder")
@@ -681,12 +697,27 @@ def checkpoint(
                 progress=lambda msg: bar.update(task, description=msg),
                 device=dev,
                 dtype=torch_dtype,
+                spectra_only=spectra_only,
             )
     except CheckpointError as err:
         fail(str(err))
     console.print(
         f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}", markup=False
     )
+    if table:
+        _head_table(record["per_head"], ("layer", "head", "regime", "good_triple", "effective_beta", "sym_QK_min", "sym_QK_max"))
+
+
+def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
+    """The per-head table on the terminal (numbers to 4 significant digits)."""
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} heads")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in columns))
+    console.print(t)
 
 
 def _status() -> Progress:
@@ -704,7 +735,7 @@ def _is_decoder(path: str) -> bool:
         return False  # the encoder reader names what is wrong with the folder
 
 
-def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None, layer: int, head: int | None, torch_dtype) -> None:
+def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None, layer: int, head: int | None, torch_dtype) -> dict:
     """``attndyn checkpoint`` for causal decoders (see :mod:`attndyn.app.decoder_page`)."""
     from attndyn.app.decoder_page import decoder_report, prompts_from
     from attndyn.workflow import ownership
@@ -738,6 +769,7 @@ def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None
         f"mean cosine {last['mean_cosine']:.3f}, sink rate {last['sink_rate']:.2f}; report: {(out / 'index.html').resolve()}",
         markup=False,
     )
+    return record
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -313,15 +313,26 @@ def embed_ids(ckpt: Checkpoint, ids: torch.Tensor, type_ids: torch.Tensor = None
 
 
 def tokenize(ckpt: Checkpoint, text: str) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """(ids, type_ids, token strings) with the checkpoint's own tokenizer.json."""
+    """(ids, type_ids, token strings) with the checkpoint's own ``tokenizer.json``, or a WordPiece
+    tokenizer built from its ``vocab.txt`` (lower-cased unless ``tokenizer_config.json`` says
+    ``do_lower_case = false``)."""
     if not isinstance(text, str) or not text.strip():
         raise CheckpointError("the text is empty")
-    tj = ckpt.path / "tokenizer.json"
-    if not tj.is_file():
-        raise CheckpointError(f"{ckpt.path} has no tokenizer.json")
-    from tokenizers import Tokenizer
+    tj, vocab = ckpt.path / "tokenizer.json", ckpt.path / "vocab.txt"
+    if tj.is_file():
+        from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tj))
+        tok = Tokenizer.from_file(str(tj))
+    elif vocab.is_file():
+        from tokenizers import BertWordPieceTokenizer
+
+        try:
+            lower = bool(json.loads((ckpt.path / "tokenizer_config.json").read_text()).get("do_lower_case", True))
+        except (OSError, ValueError):
+            lower = True
+        tok = BertWordPieceTokenizer(str(vocab), lowercase=lower)
+    else:
+        raise CheckpointError(f"{ckpt.path} has no tokenizer.json or vocab.txt: add one, or pass --spectra-only for the head spectra alone")
     # The shipped tokenizer.json may pad to a fixed length or truncate silently; we want the text's own tokens.
     tok.no_padding()
     tok.no_truncation()
