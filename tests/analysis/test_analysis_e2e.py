@@ -80,6 +80,10 @@ def test_analyze_cli(tmp_path):
     data = json.loads((out / "analysis.json").read_text())
     assert data["regime"]["name"] == "polytope"
     assert data["max_distance_to_prediction"] < 1e-2
+    png = (out / "analysis.png").read_bytes()  # the figure of the predicted limit beside the JSON
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    owned = json.loads((out / ".attndyn.json").read_text())["files"]
+    assert "analysis.png" in owned  # attndyn's own file: a rerun may replace it
 
 
 def test_analyze_cli_unreadable_folder(tmp_path):

@@ -389,11 +389,37 @@ def sweep(
         raise typer.Exit(1)
 
 
+def _analysis_figure(run_dir: Path, traj, model, result) -> None:
+    """analysis.png: the tokens' paths in the variable the prediction is about (z or x; the top two
+    principal axes above d = 3), with the limit polytope only where the prediction is a polytope."""
+    import numpy as np
+
+    from attndyn.analysis.prediction import rescaled_tokens
+    from attndyn.workflow import plots
+
+    ts, xs = traj.numpy()
+    variable = "z" if result.space.startswith("z") or result.regime.variable == "z" else "x"
+    zs = rescaled_tokens(traj, model) if variable == "z" else xs
+    if zs is None:
+        zs, variable = xs, "x"
+    limit = np.asarray(result.limit_points) if result.space in ("z", "x") and len(result.limit_points) else None
+    if zs.shape[-1] > 3:
+        axes = plots.principal_axes(zs[-1])
+        zs = zs @ axes
+        limit = None if limit is None or limit.shape[-1] != axes.shape[0] else limit @ axes
+        variable = f"{variable} (principal axes)"
+    polytope = result.regime.name in ("polytope", "polytope-subspace") and limit is not None
+    title = f"{result.regime.name}: {result.regime.reference or 'no theorem applies'}"
+    fig = plots.paths_with_hulls(ts, zs, title=title, variable=variable, limit_points=limit, limit_label="limit polytope" if polytope else None)
+    plots.save(fig, run_dir / "analysis.png", vector=False)
+
+
 @app.command()
 def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by `attndyn simulate`.")]) -> None:
     """Analyse a run folder: regime, limits, attention.
 
-    Writes RUN_DIR/analysis.json.
+    Writes RUN_DIR/analysis.json and RUN_DIR/analysis.png (the paths in the analysed variable and,
+    for a polytope limit, the polytope the prediction names).
     """
     import torch
     from rich.table import Table
@@ -415,6 +441,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
     owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
     write_json(run_dir / "analysis.json", result.to_dict())
     owner.add("analysis.json")
+    _analysis_figure(run_dir, traj, run.model, result)
+    owner.add("analysis.png")
     table = Table(title=f"analysis of {run_dir} at t = {result.t_final:g}", show_header=True)
     table.add_column("quantity")
     table.add_column("value", overflow="fold")

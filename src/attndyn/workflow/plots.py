@@ -157,8 +157,17 @@ def _hull_edges_3d(points: np.ndarray):
 
 
 @styled
-def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: str = "z", limit_points: np.ndarray | None = None) -> Figure:
-    """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the limit polytope (solid)."""
+def paths_with_hulls(
+    ts: np.ndarray,
+    zs: np.ndarray,
+    *,
+    title: str,
+    variable: str = "z",
+    limit_points: np.ndarray | None = None,
+    limit_label: str | None = "limit polytope",
+) -> Figure:
+    """Token paths in 2-D or 3-D, the initial convex hull (dashed) and the hull of the limit points
+    (solid, labelled ``limit_label``; not drawn when it is None, for limits that are not polytopes)."""
     zs = np.asarray(zs)
     d = zs.shape[-1]
     final = np.asarray(limit_points) if limit_points is not None else zs[-1]
@@ -167,7 +176,8 @@ def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: st
         fig, ax = _subplots(figsize=(5.5, 5))
         for i in range(zs.shape[1]):
             ax.plot(zs[:, i, 0], zs[:, i, 1], color=colors[i], lw=0.9)
-        for poly, style, label in ((_hull_polygon(zs[0]), "--", "initial hull"), (_hull_polygon(final), "-", "limit polytope")):
+        hulls = [(_hull_polygon(zs[0]), "--", "initial hull")] + ([(_hull_polygon(final), "-", limit_label)] if limit_label else [])
+        for poly, style, label in hulls:
             if poly is not None:
                 ax.plot(poly[:, 0], poly[:, 1], style, color="black" if style == "-" else "gray", lw=1.2, label=label)
         ax.scatter(zs[0, :, 0], zs[0, :, 1], facecolors="none", edgecolors="gray", s=16)
@@ -181,7 +191,7 @@ def paths_with_hulls(ts: np.ndarray, zs: np.ndarray, *, title: str, variable: st
         ax = fig.add_subplot(projection="3d")
         for i in range(zs.shape[1]):
             ax.plot(zs[:, i, 0], zs[:, i, 1], zs[:, i, 2], color=colors[i], lw=0.8)
-        for e in _hull_edges_3d(final):
+        for e in _hull_edges_3d(final) if limit_label else []:
             ax.plot(e[:, 0], e[:, 1], e[:, 2], color="black", lw=0.6)
         ax.scatter(*zs[-1].T, color="#D55E00", s=14)
         ax.set_xlabel(f"{variable}[0]")
