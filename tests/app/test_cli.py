@@ -286,3 +286,17 @@ def test_every_shipped_simulation_config_builds(path):
 
     setup = build(load_config(path))
     assert setup.ts[0] == 0
+
+
+def test_simulate_movie_writes_an_owned_gif(tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["simulate", str(ROOT / "configs" / "polytope.toml"), "--out", str(out), "--movie"])
+    assert result.exit_code == 0, result.output
+    gif = out / "trajectory.gif"
+    assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+    with Image.open(gif) as im:
+        assert im.n_frames > 10
+        assert min(im.size) >= 300  # large enough to read
+    assert "trajectory.gif" in json.loads((out / ".attndyn.json").read_text())["files"]

@@ -176,6 +176,7 @@ def delayed_progress(description: str, total: float, *, delay: float = 1.0) -> I
 def simulate(
     config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+    movie: Annotated[bool, typer.Option("--movie", help="Also write trajectory.gif (the tokens moving; principal axes above d = 3).")] = False,
 ) -> None:
     """Simulate a config and write a run folder."""
     from attndyn.workflow import ownership, runs
@@ -209,6 +210,16 @@ def simulate(
         runs.write(run, out)
     except RunFolderError as err:
         fail(str(err))
+    if movie:
+        import numpy as np
+
+        from attndyn.workflow import plots
+
+        xs = run.xs if run.xs.ndim == 3 else run.xs.reshape(len(run.ts), -1, run.xs.shape[-1])
+        if xs.shape[-1] > 3:
+            xs = xs @ plots.principal_axes(xs[-1])
+        plots.points_movie(out / "trajectory.gif", np.asarray(run.ts), xs, title=f"{xs.shape[1]} tokens, {run.variable}-form", variable=run.variable)
+        ownership.claim(out, "run", "attndyn simulate").add("trajectory.gif")
     console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)", markup=False)
 
 
