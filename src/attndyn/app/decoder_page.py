@@ -107,7 +107,7 @@ def decoder_report(
         "heads": plots.curves(
             np.array([h["effective_beta"] for h in heads]),
             {},
-            xlabel="effective beta = ||Q_h^T K_h|| / sqrt(hd)",
+            xlabel=r"effective $\beta = \|Q_h^\top K_h\| / \sqrt{d_h}$",
             ylabel="top real part of eig(W_O,h W_V,h)",
             title=f"{dec.name}: {len(heads)} heads",
             points={"heads": (np.array([h["effective_beta"] for h in heads]), np.array([h["top_eig_V_real"] for h in heads]))},

@@ -168,7 +168,7 @@ def figures(result: Result) -> dict:
             ts,
             c,
             levels={"a": float(c[-1].min()), "0": 0.0, "b": float(c[-1].max())},
-            ylabel="phi_1*(z_i(t))",
+            ylabel=r"$\varphi_1^*(z_i(t))$",
             title=f"{name}: hyperplane coordinates (one seed)",
         )
     ex = _example(a, "V2")

@@ -103,7 +103,7 @@ def figures(result: Result) -> dict:
     fig = plots.curves(
         gammas * (1 - rho),
         series,
-        xlabel="gamma (1 - rho)",
+        xlabel=r"$\gamma\,(1 - \rho)$",
         ylabel="cosine of two outputs",
         title="one layer at beta = gamma log n",
         points={"4 rho / (1 + 3 rho) at the critical gamma": ([1.0], [4 * rho / (1 + 3 * rho)])},

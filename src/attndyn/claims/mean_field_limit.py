@@ -113,7 +113,7 @@ def figures(result: Result) -> dict:
     figs["density_at_T"] = plots.curves(
         theta,
         {"mean field at T": rho[-1], "rho0": rho[0]},
-        xlabel="theta (rad)",
+        xlabel=r"$\theta$ (rad)",
         ylabel="density",
         title=f"beta = {a['betas'][last]:g}: one particle system (n = {len(a['theta_example'])}) at T",
         points={"particles (histogram)": ((edges[:-1] + edges[1:]) / 2, hist)},

@@ -174,7 +174,7 @@ def figures(result: Result) -> dict:
     pairing = plots.curves(
         ss,
         {"tanh(2 s + artanh c0)": theory.pairing_cosine(ss, c[0])},
-        xlabel="rescaled time s = int e^{-beta (1 - c)} dt",
+        xlabel=r"rescaled time $s = \int e^{-\beta (1 - c)}\,dt$",
         ylabel="cosine c of the closest pair",
         title=f"pairing phase at beta = {beta:g} (judged below the dotted line)",
         points={"simulated (accepted steps)": (sp[::every], cp[::every])},

@@ -192,7 +192,7 @@ def figures(result: Result) -> dict:
     figs["emerging_clusters"] = plots.curves(
         betas,
         {"k_max(beta) (theory)": [theory.fastest_mode(b, 2) for b in betas], "sqrt(2 beta)": np.sqrt(2 * betas)},
-        xlabel="beta",
+        xlabel=r"$\beta$",
         ylabel="number of clusters",
         title="clusters emerging from white noise (SA, S^1)",
         points={"particles (seed-averaged spectrum peak)": (a["noise_betas"], result.info["emerging"])},

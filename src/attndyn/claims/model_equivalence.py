@@ -194,7 +194,7 @@ def figures(result: Result) -> dict:
             title="M4: Euler converges at first order",
             slopes={"slope 1": (a["m4_dt"], errs[0] * a["m4_dt"] / a["m4_dt"][0])},
         ),
-        "w2": plots.distance_log(a["ts"], dist, ylabel="W_2(mu(t), nu(t))", title="M6: W_2 distance of two nearby solutions"),
+        "w2": plots.distance_log(a["ts"], dist, ylabel=r"$W_2(\mu(t), \nu(t))$", title="M6: W_2 distance of two nearby solutions"),
     }
     figs["euler_order"].axes[0].set_xlabel("dt")
     return figs

@@ -95,7 +95,7 @@ def figures(result: Result) -> dict:
         "order_vs_kappa": plots.curves(
             fine,
             {"R = I_1(kappa R) / I_0(kappa R)": [stationary_order(k) for k in fine]},
-            xlabel="kappa",
+            xlabel=r"$\kappa$",
             ylabel="stationary order parameter R",
             title=f"noisy Kuramoto (beta = 0), n = {result.params['n']}",
             points={"particles (time and seed average)": (a["kappas"], result.info["measured"])},
@@ -103,8 +103,8 @@ def figures(result: Result) -> dict:
         "threshold_vs_beta": plots.curves(
             betas,
             {"kappa_c(beta) = min_l l^2 / lambda_l(beta)": [threshold(b) for b in betas]},
-            xlabel="beta",
-            ylabel="kappa_c",
+            xlabel=r"$\beta$",
+            ylabel=r"$\kappa_c$",
             title="linear instability of the uniform state with noise (USA, S^1)",
         ),
     }

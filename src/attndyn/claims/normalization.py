@@ -172,7 +172,7 @@ def figures(result: Result) -> dict:
             a["pre_ts"][1:],
             {"Pre-LN: 1 - rho(t)": 1 - a["pre_rho"][1:], "t^-2": a["pre_ts"][1:] ** -2.0 * (1 - a["pre_rho"][-1]) * a["pre_ts"][-1] ** 2},
             xlabel="t",
-            ylabel="1 - rho(t)",
+            ylabel=r"$1 - \rho(t)$",
             title="orthogonal start: Pre-LN decays like t^-2 (Post-LN like e^-2t)",
             points={"Post-LN: 1 - rho(t)": (a["post_ts"][1::20], 1 - a["post_rho"][1::20])},
             logx=True,

@@ -147,7 +147,7 @@ def figures(result: Result) -> dict:
             betas,
             a["ts"],
             a["fraction"][k].T,
-            xlabel="beta",
+            xlabel=r"$\beta$",
             ylabel="t",
             label="fraction of pairs with <x_i, x_j> >= 0.999",
             title=f"n = {result.params['n']}, d = {int(d)}, {result.params['systems']} systems per beta",

@@ -219,7 +219,7 @@ def figures(result: Result) -> dict:
         np.arange(a["mu0"].shape[0]),
         series,
         xlabel="layer k",
-        ylabel="mu(X_k) / mu(X_0) (median over systems)",
+        ylabel=r"$\mu(X_k) / \mu(X_0)$ (median over systems)",
         title="rank collapse of pure attention by mask",
         logy=True,
         hlines={"1e-8": 1e-8},

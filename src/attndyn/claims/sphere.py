@@ -213,17 +213,17 @@ def figures(result: Result) -> dict:
             ts,
             np.stack([energy(a["energy_sa_x"], 1.0), energy(a["energy_usa_x"], 1.0)], 1),
             levels={},
-            ylabel="E_beta(x(t))",
+            ylabel=r"$E_\beta(x(t))$",
             title="E_beta increases along SA and USA (beta = 1)",
         ),
     }
     xs = a["hemi_x"]
     gap = 1 - (xs @ unit_rows(xs[-1].mean(0))).min(1)
-    figs["hemisphere"] = plots.distance_log(a["hemi_ts"], gap, ylabel="1 - min_i <x_i(t), x*>", title="hemisphere start: rate 2")
+    figs["hemisphere"] = plots.distance_log(a["hemi_ts"], gap, ylabel=r"$1 - \min_i \langle x_i(t), x^*\rangle$", title="hemisphere start: rate 2")
     xs = a["orth_sa_x"]
     n = xs.shape[-1]
     off = np.einsum("tid,tjd->tij", xs, xs)[:, ~np.eye(n, dtype=bool)]
-    fig = plots.coordinates_vs_time(a["orth_ts"], off, levels={}, ylabel="<x_i(t), x_j(t)>", title="orthogonal start: all pairs follow rho(t)")
+    fig = plots.coordinates_vs_time(a["orth_ts"], off, levels={}, ylabel=r"$\langle x_i(t), x_j(t)\rangle$", title="orthogonal start: all pairs follow rho(t)")
     fig.axes[0].plot(a["orth_ts"], theory.equiangular(1.0, n, a["orth_ts"]), "--", color="#D55E00", lw=2, label="rho(t), eq: ybeta")
     fig.axes[0].legend(fontsize=9)
     figs["orthogonal"] = fig
