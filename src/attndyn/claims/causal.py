@@ -69,6 +69,10 @@ def figures(result: Result) -> dict:
     inner = a["x0"][:, 0] @ a["x0"][0, 0, 0]
     return {
         "alignment": plots.coordinates_vs_time(
-            a["ts0"], inner, levels={"1": 1.0}, ylabel=r"$\langle x_k(t), x_1(0)\rangle$", title="causal mask: every token aligns with the first (seed 0)"
+            a["ts0"],
+            inner,
+            levels={"1": 1.0},
+            ylabel=r"$\langle x_k(t), x_1(0)\rangle$",
+            title="causal mask: every token aligns with the first (seed 0)",
         )
     }
