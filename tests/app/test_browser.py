@@ -158,3 +158,28 @@ def test_chromium_is_the_system_one_or_the_one_named(monkeypatch, tmp_path):
     assert browser.find_chromium() is None
     with pytest.raises(browser.BrowserUnavailable, match="no Chromium"):
         browser.screenshot(tmp_path / "x.html", tmp_path / "x.png")
+
+
+def test_per_head_tables_sort_and_filter(pw, tmp_path):
+    """The checkpoint and decoder pages' per-head table: a header click sorts numerically, the box filters."""
+    from attndyn.app.tables import TABLE_SCRIPT, sortable_table
+
+    rows = [["0", "3", "polytope", "10.5"], ["1", "0", "none", "2.25"], ["2", "1", "polytope", "100"]]
+    page_html = "<html><body>" + sortable_table("heads", ["layer", "head", "regime", "beta"], rows) + TABLE_SCRIPT + "</body></html>"
+    path = tmp_path / "t.html"
+    path.write_text(page_html)
+    page, errors, failed = open_page(pw, path)
+
+    def column(k):
+        return [r.inner_text() for r in page.locator(f"#heads tbody tr td:nth-child({k})").all()]
+
+    page.click("#heads th:nth-child(4)")
+    assert column(4) == ["2.25", "10.5", "100"]  # numbers, not strings
+    page.click("#heads th:nth-child(4)")
+    assert column(4) == ["100", "10.5", "2.25"]
+    page.fill("#heads-filter", "polytope")
+    visible = [r for r in page.locator("#heads tbody tr").all() if r.is_visible()]
+    assert len(visible) == 2
+    assert errors == []
+    assert failed == []
+    page.close()

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from attndyn import __version__
+from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.core.dynamics import Model, attention_matrix
 from attndyn.core.simulation import residual_layers, simulate
 from attndyn.core.solvers import AdaptiveStep, Dopri5
@@ -181,14 +182,34 @@ def _num(value) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+HEAD_COLUMNS = [
+    "layer",
+    "head",
+    "regime",
+    "good triple",
+    "lambda_1 of V_h",
+    "next |lambda|",
+    "<Q phi_1, K phi_1>",
+    "eig sym(beta Q^T K)",
+    "effective beta",
+]
+
+
 def render(r: dict) -> str:
-    rows = "".join(
-        f"<tr><td>{h['layer']}</td><td>{h['head']}</td><td>{html.escape(h['regime'])}</td><td>{'yes' if h['good_triple'] else 'no'}</td>"
-        f"<td>{h['lambda_1'][0]:.4g}{h['lambda_1'][1]:+.4g}i</td><td>{h['next_abs']:.4g}</td>"
-        f"<td>{_num(h['qk_phi1'])}</td>"
-        f"<td>{h['sym_QK_min']:.3g} .. {h['sym_QK_max']:.3g}</td><td>{h['effective_beta']:.4g}</td></tr>"
+    head_rows = [
+        [
+            str(h["layer"]),
+            str(h["head"]),
+            html.escape(h["regime"]),
+            "yes" if h["good_triple"] else "no",
+            f"{h['lambda_1'][0]:.4g}{h['lambda_1'][1]:+.4g}i",
+            f"{h['next_abs']:.4g}",
+            _num(h["qk_phi1"]),
+            f"{h['sym_QK_min']:.3g} .. {h['sym_QK_max']:.3g}",
+            f"{h['effective_beta']:.4g}",
+        ]
         for h in r["per_head"]
-    )
+    ]
     comp = "".join(
         f"<tr><td>{c['depth']}</td><td>{c['real']['mean_cosine']:.3f}</td><td>{c['real']['effective_rank']:.2f}</td>"
         f"<td>{html.escape(', '.join(c['real'].get('leaders', [])))}</td>"
@@ -220,8 +241,7 @@ def render(r: dict) -> str:
         f"{r['heads']} heads, d_model = {r['d_model']}, d_k = {r['d_k']}, beta = 1/sqrt(d_k) = {r['beta']:.4g}.</p>"
         f"<p><b>{r['good_triples']}</b> of {r['heads_total']} heads are good triples (Def. 4.1: eigenvalue of V_h of largest modulus "
         "real, positive, simple, and &lt;Q phi_1, K phi_1&gt; &gt; 0 with the unsymmetrized form).</p>"
-        "<table><tr><th>layer</th><th>head</th><th>regime</th><th>good triple</th><th>lambda_1 of V_h</th><th>next |lambda|</th>"
-        f"<th>&lt;Q phi_1, K phi_1&gt;</th><th>eig sym(beta Q^T K)</th><th>effective beta</th></tr>{rows}</table>"
+        + sortable_table("heads", HEAD_COLUMNS, head_rows)
         + (dynamics if r.get("text") is not None else "<p>Spectra only (<code>--spectra-only</code>): no text was run through the network.</p>")
-        + f"{figs}</body></html>"
+        + f"{figs}{TABLE_SCRIPT}</body></html>"
     )

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attndyn import __version__
+from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.claims.trained_decoder import depth_figures
 from attndyn.models import decoder_geometry as geo
 from attndyn.models.bert import CheckpointError
@@ -162,8 +163,19 @@ def render(r: dict) -> str:
         f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td></tr>"
         for t in r["twin"]
     )
-    hk = ["layer", "head", "kv_group", "effective_beta", "top_eig_V_real", "top_eig_V_imag", "regime"]
-    hrows = "".join("<tr>" + "".join(f"<td>{_num(h.get(k))}</td>" for k in hk) + "</tr>" for h in r["per_head"])
+    hk = [
+        "layer",
+        "head",
+        "kv_group",
+        "effective_beta",
+        "effective_beta_rope",
+        "positive_share_QK",
+        "positive_share_rope",
+        "top_eig_V_real",
+        "top_eig_V_imag",
+        "regime",
+    ]
+    heads_table = sortable_table("heads", hk, [[_num(h.get(k)) for k in hk] for h in r["per_head"]])
     figs = "".join(f'<figure><img src="{html.escape(f)}" alt="{html.escape(f)}"></figure>' for f in r["figures"])
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -178,9 +190,8 @@ def render(r: dict) -> str:
         "residual step of the particle model with layer l's own attention (pre-norm, causal, grouped heads, no RoPE, no feed-forward), "
         "its flow over unit time, and the one step at the best multiple of beta.</p>"
         f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th></tr>{twin}</table>"
-        f"<h2>Per head</h2><details><summary>{len(r['per_head'])} heads</summary>"
-        f"<table><tr>{''.join(f'<th>{k}</th>' for k in hk)}</tr>{hrows}</table></details>"
-        "</body></html>"
+        f"<h2>Per head ({len(r['per_head'])} heads)</h2>{heads_table}"
+        f"{TABLE_SCRIPT}</body></html>"
     )
 
 
