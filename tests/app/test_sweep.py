@@ -547,3 +547,16 @@ def test_building_a_task_s_seeds_together_equals_building_each(extra):
             assert torch.equal(getattr(got.model.weights, name), getattr(want.model.weights, name))
         assert (got.kind, got.noise_seed, got.solver, got.step) == (want.kind, want.noise_seed, want.solver, want.step)
     assert not torch.equal(together[0].x0, together[1].x0)
+
+
+def test_a_measure_module_beside_the_sweep_file_is_importable(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "my_measures_beside.py").write_text("import numpy as np\n\ndef spread(ts, xs, model, options):\n    return float(np.ptp(xs[-1]))\n")
+    path = write_sweep(folder, '"model.beta" = [1.0]\nseed = [0]', 'measures = ["my_measures_beside:spread"]')
+    monkeypatch.chdir(tmp_path)  # run from elsewhere: the sweep file's folder is what counts
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    summary = sweep.run(path, tmp_path / "out", workers=0, allow_import=True)
+    assert summary.done == summary.total == 1
+    assert np.isfinite(sweep.load(tmp_path / "out")["my_measures_beside:spread"].values).all()

@@ -38,6 +38,18 @@ class Summary:
     errors: list = field(default_factory=list)
 
 
+def _importable(*folders: Path) -> None:
+    """Put ``folders`` first on this process's import path and on the one its child processes inherit."""
+    import os
+    import sys
+
+    for folder in reversed([str(f) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*(str(f) for f in folders if str(f) not in current), *current])
+
+
 def run(
     spec_path: str | Path,
     out: str | Path,
@@ -52,8 +64,13 @@ def run(
     ``allow_import``: measures named ``package.module:function`` import (and so run) code named in
     the sweep file; they are refused unless this is set (``--allow-import``). One driver per
     folder: a second one exits with :class:`SweepError` naming the first (a lock that the OS
-    releases when its holder dies, SIGKILL included).
+    releases when its holder dies, SIGKILL included). With ``allow_import`` the sweep file's folder
+    and the working folder are importable (prepended to ``sys.path`` and, for the workers of a local
+    cluster, to ``PYTHONPATH``): a ``my_measures.py`` beside the sweep file serves as
+    ``my_measures:function``. Workers of an external scheduler need the module on their own path.
     """
+    if allow_import:
+        _importable(Path(spec_path).resolve().parent, Path.cwd())
     sweep = load_spec(spec_path)
     imported = [m for m in sweep.measures if ":" in m]
     if imported and not allow_import:
