@@ -322,7 +322,7 @@ def test_ctrl_c_says_how_many_tasks_are_done_and_how_to_resume(tmp_path):
 def test_the_example_sweep_file_is_valid():
     from tests.helpers import ROOT
 
-    spec = sweep.load_spec(ROOT / "configs" / "sweeps" / "one-cluster.toml")
+    spec = sweep.load_spec(ROOT / "configs" / "sweep-examples" / "one-cluster.toml")
     assert spec.measures == ["one_cluster", "pair_fraction", "cluster_count"]
     assert len(spec.tasks) == 3
 
