@@ -483,6 +483,21 @@ def test_heatmap_command(tmp_path):
     bad = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.bta", "--y", "t"])
     assert bad.exit_code == 2
     assert "model.bta" in bad.output
+    from attndyn.app.sweep_results import heatmap
+
+    fig = heatmap(tmp_path / "out", "pair_fraction", "model.beta", "t", title="merged pairs", xlabel="β", logx=True)
+    ax = fig.axes[0]
+    assert ax.get_title() == "merged pairs"
+    assert ax.get_xlabel() == "β"
+    assert ax.get_xscale() == "log"
+    assert ax.get_yscale() == "linear"
+    labelled = CliRunner().invoke(
+        app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.beta", "--y", "t", "--logx", "--title", "T"]
+    )
+    assert labelled.exit_code == 0, labelled.output
+    log_t = CliRunner().invoke(app, ["sweep", "plot", str(tmp_path / "out"), "--measure", "pair_fraction", "--x", "model.beta", "--y", "t", "--logy"])
+    assert log_t.exit_code == 2  # t starts at 0: no log axis
+    assert "positive numbers" in log_t.output
 
 
 # --- one run as a library unit, seed streams -------------------------------------------------------------

@@ -299,6 +299,11 @@ def sweep(
     measure: Annotated[str | None, typer.Option("--measure", help="plot: the measure to draw.")] = None,
     x: Annotated[str | None, typer.Option("--x", help="plot: the horizontal axis (a grid key or t).")] = None,
     y: Annotated[str | None, typer.Option("--y", help="plot: the vertical axis (a grid key or t).")] = None,
+    title: Annotated[str, typer.Option("--title", help="plot: the figure's title.")] = "",
+    xlabel: Annotated[str | None, typer.Option("--xlabel", help="plot: the horizontal axis label (default: its key).")] = None,
+    ylabel: Annotated[str | None, typer.Option("--ylabel", help="plot: the vertical axis label (default: its key).")] = None,
+    logx: Annotated[bool, typer.Option("--logx", help="plot: a logarithmic horizontal axis.")] = False,
+    logy: Annotated[bool, typer.Option("--logy", help="plot: a logarithmic vertical axis.")] = False,
     allow_import: Annotated[
         bool, typer.Option("--allow-import", help="Allow measures named 'package.module:function' (imports and runs that code).")
     ] = False,
@@ -342,7 +347,7 @@ def sweep(
             else:
                 if not (measure and x and y):
                     fail("attndyn sweep plot needs --measure, --x and --y")
-                path = plot(folder, measure, x, y, out)
+                path = plot(folder, measure, x, y, out, title=title, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy)
         except SweepError as err:
             fail(str(err))
         console.print(f"wrote {path}", markup=False)

@@ -99,8 +99,21 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
     return target
 
 
-def heatmap(folder: str | Path, measure: str, x: str, y: str) -> Figure:
-    """A Figure of ``measure`` over the axes ``x`` and ``y`` (grid keys or ``t``), averaged over the others."""
+def heatmap(
+    folder: str | Path,
+    measure: str,
+    x: str,
+    y: str,
+    *,
+    title: str = "",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    label: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+) -> Figure:
+    """A Figure of ``measure`` over the axes ``x`` and ``y`` (grid keys or ``t``), averaged over the
+    others; the title, axis and colour-bar labels (default: the names) and log axes may be set."""
     from attndyn.workflow import plots
 
     ds = load(folder)
@@ -113,7 +126,16 @@ def heatmap(folder: str | Path, measure: str, x: str, y: str) -> Figure:
     if x == y:
         raise SweepError("--x and --y must differ")
     mean = da.mean([d for d in da.dims if d not in (x, y)], skipna=True).transpose(y, x)
-    return plots.grid_heatmap(np.asarray(ds[x].values), np.asarray(ds[y].values), mean.values, xlabel=x, ylabel=y, label=measure)
+    fig = plots.grid_heatmap(
+        np.asarray(ds[x].values), np.asarray(ds[y].values), mean.values, xlabel=xlabel or x, ylabel=ylabel or y, label=label or measure, title=title
+    )
+    ax = fig.axes[0]
+    for flag, axis, values in ((logx, "x", ds[x].values), (logy, "y", ds[y].values)):
+        if flag:
+            if not (np.issubdtype(np.asarray(values).dtype, np.number) and (np.asarray(values) > 0).all()):
+                raise SweepError(f"a log {axis} axis needs positive numbers; the values of {x if axis == 'x' else y!r} are not")
+            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    return fig
 
 
 def _writable(folder: str | Path, target: Path, writer: str) -> tuple[ownership.Owner, str | None]:
@@ -128,15 +150,16 @@ def _writable(folder: str | Path, target: Path, writer: str) -> tuple[ownership.
     return owner, rel
 
 
-def plot(folder: str | Path, measure: str, x: str, y: str, path: str | Path | None = None) -> Path:
-    """Draw :func:`heatmap` into ``path`` (default ``folder/MEASURE_X_Y.png``), never over a file attndyn did not write."""
+def plot(folder: str | Path, measure: str, x: str, y: str, path: str | Path | None = None, **labels) -> Path:
+    """Draw :func:`heatmap` into ``path`` (default ``folder/MEASURE_X_Y.png``), never over a file
+    attndyn did not write; ``labels`` are :func:`heatmap`'s title, label and log-axis options."""
     from attndyn.workflow import plots
 
     safe = "_".join(part.replace(":", "-").replace("/", "-") for part in (measure, x, y))  # no colons in file names
     target = Path(path) if path is not None else Path(folder) / f"{safe}.png"
     if target.suffix != ".png":
         raise SweepError(f"--out {str(target)!r}: a plot is written as .png")
-    figure = heatmap(folder, measure, x, y)
+    figure = heatmap(folder, measure, x, y, **labels)
     owner, rel = _writable(folder, target, "attndyn sweep plot")
     target.parent.mkdir(parents=True, exist_ok=True)
     plots.save(figure, target)
