@@ -218,3 +218,20 @@ def test_fixed_step_rk4_converges_at_fourth_order_to_the_adaptive_solution():
     ref = meanfield.solve_circle(rho0, ts, beta=2.0, rtol=1e-13, atol=1e-15).rho[-1]
     errs = [np.abs(meanfield.solve_circle(rho0, ts, beta=2.0, dt=dt).rho[-1] - ref).max() for dt in (0.1, 0.05)]
     assert 2**3.5 < errs[0] / errs[1] < 2**4.5, errs
+
+
+@pytest.mark.parametrize("usa", [False, True])
+def test_the_scipy_fft_path_gives_the_torch_field(usa, monkeypatch):
+    """Above SCIPY_FFT_FROM grid points the spectral field uses scipy.fft on the CPU: the same field."""
+    import torch
+
+    M = 4096
+    assert M >= meanfield.SCIPY_FFT_FROM
+    rho = torch.as_tensor(meanfield.initial_density("von-mises", M, means=[0.0, 2.5], kappas=[2.0, 1.0], weights=[0.6, 0.4]))
+    z, v = meanfield._coefficients(M, 3.0, usa)
+    m = np.arange(M // 2 + 1)
+    args = meanfield._Args(torch.as_tensor(np.stack([v, z])), torch.as_tensor(-1j * m * (m <= M // 3)), usa, M)
+    fast = meanfield._field(0.0, rho.clone(), args)
+    monkeypatch.setattr(meanfield, "SCIPY_FFT_FROM", 10**9)  # torch.fft everywhere
+    ref = meanfield._field(0.0, rho.clone(), args)
+    np.testing.assert_allclose(fast.numpy(), ref.numpy(), rtol=0, atol=1e-12 * float(ref.abs().max()))

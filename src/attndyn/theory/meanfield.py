@@ -95,15 +95,36 @@ def _coefficients(M: int, beta: float, usa: bool) -> tuple[np.ndarray, np.ndarra
     return z.astype(complex), v
 
 
+# On the CPU, scipy.fft (pocketfft) beats torch.fft from this many grid points on (measured on one
+# core: 29 against 38 us at M = 4096, 57 against 170 us at M = 8192; torch is faster below 2048)
+SCIPY_FFT_FROM = 2048
+
+
+def _rfft(x: torch.Tensor) -> torch.Tensor:
+    if x.device.type == "cpu" and x.shape[-1] >= SCIPY_FFT_FROM:
+        import scipy.fft
+
+        return torch.from_numpy(scipy.fft.rfft(x.numpy(), axis=-1))
+    return torch.fft.rfft(x)
+
+
+def _irfft(X: torch.Tensor, n: int) -> torch.Tensor:
+    if X.device.type == "cpu" and n >= SCIPY_FFT_FROM:
+        import scipy.fft
+
+        return torch.from_numpy(scipy.fft.irfft(X.numpy(), n=n, axis=-1))
+    return torch.fft.irfft(X, n=n)
+
+
 def _field(t: float, rho: torch.Tensor, args: _Args) -> torch.Tensor:
     """-d_theta(rho v[rho]): four FFTs (the two inverse transforms of v and Z in one batched call)."""
-    rho_hat = torch.fft.rfft(rho)  # the 1/M of the coefficients and the M of the inverse cancel
+    rho_hat = _rfft(rho)  # the 1/M of the coefficients and the M of the inverse cancel
     if args.usa:
-        flux = torch.fft.irfft(args.coef[0] * rho_hat, n=args.M).mul_(rho)
+        flux = _irfft(args.coef[0] * rho_hat, n=args.M).mul_(rho)
     else:
-        both = torch.fft.irfft(args.coef * rho_hat, n=args.M)
+        both = _irfft(args.coef * rho_hat, n=args.M)
         flux = both[0].div_(both[1]).mul_(rho)
-    return torch.fft.irfft(args.minus_ik * torch.fft.rfft(flux), n=args.M)
+    return _irfft(args.minus_ik * _rfft(flux), n=args.M)
 
 
 def check_density(rho0: np.ndarray) -> np.ndarray:
