@@ -358,3 +358,23 @@ def test_positive_share_equals_the_spectrum_of_the_full_symmetric_part():
     assert _positive_share(Q, C, K) == pytest.approx(float(lam.clamp(min=0).sum() / lam.abs().sum()), rel=1e-10)
     S = torch.as_tensor(rng.normal(size=(9, 9)))
     assert _positive_share(S[:4], torch.eye(4, dtype=torch.float64), S[:4]) == pytest.approx(1.0)  # Q = K: PSD
+
+
+def test_leaders_are_the_columns_that_receive_the_most_attention(tmp_path):
+    from attndyn.models import decoder_geometry as geo
+
+    n = 6
+    P = 0.3 * np.eye(n)
+    P[:, 0] += 0.7  # every query puts 0.7 on token 0: a sink, the leader
+    P[0, 0] = 1.0
+    P[4:, 2] += 0.0
+    assert geo.column_mass(P).sum() == pytest.approx(1.0)
+    assert geo.leaders_of(P)[0] == 0
+    assert geo.leaders_of(np.stack([P, P]))[0] == 0  # heads averaged
+    model, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    dec = read_hf_llama(folder)
+    fw = forward(dec, list(range(9)))
+    t = geo.twin(dec, fw, 1)
+    assert len(t["real_leaders"]) == len(t["twin_leaders"]) == geo.LEADERS_TOP
+    assert 0.0 <= t["leader_overlap"] <= 1.0
+    assert t["real_leaders"] == geo.leaders_of(fw.attentions[1].numpy())

@@ -85,7 +85,8 @@ def decoder_report(
     summary = []
     for k in twin_layers:
         rows = [t for t in twins if t["layer"] == k]
-        summary.append({key: float(np.mean([t[key] for t in rows])) for key in ("identity", "one_step", "flow", "best_one_step")} | {"layer": k})
+        keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees")
+        summary.append({key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k})
     depth = np.arange(L + 1)
     col = lambda key: np.array([r.get(key, np.nan) for r in layers])  # noqa: E731
     figures = {
@@ -160,7 +161,8 @@ def render(r: dict) -> str:
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     rows = "".join("<tr>" + "".join(f"<td>{_num(row.get(k))}</td>" for k in keys) + "</tr>" for row in r["per_layer"])
     twin = "".join(
-        f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td></tr>"
+        f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td>"
+        f"<td>{_num(t.get('leader_overlap'))}</td><td>{_num(t.get('top_leader_agrees'))}</td></tr>"
         for t in r["twin"]
     )
     hk = [
@@ -189,7 +191,11 @@ def render(r: dict) -> str:
         "<h2>Particle twin</h2><p>Mean 1 - cos over tokens between the real layer l + 1 and: the layer's input (nothing moves), one "
         "residual step of the particle model with layer l's own attention (pre-norm, causal, grouped heads, no RoPE, no feed-forward), "
         "its flow over unit time, and the one step at the best multiple of beta.</p>"
-        f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th></tr>{twin}</table>"
+        "<p>Leaders: the three tokens that receive the most attention, in the real layer and in the twin's attention after its flow "
+        "to t = 8 (the paper's Boolean limit, where a few leader columns take all the weight): their overlap, and the share of "
+        "prompts where the top leader agrees.</p>"
+        f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th><th>leader overlap</th>"
+        f"<th>top leader agrees</th></tr>{twin}</table>"
         f"<h2>Per head ({len(r['per_head'])} heads)</h2>{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
     )

@@ -56,6 +56,8 @@ def run(config: Config) -> Result:
     arrays["twin_layer"] = np.array([t["layer"] for t in twins])
     arrays["twin_identity"] = np.array([t["identity"] for t in twins])
     arrays["twin_one_step"] = np.array([t["one_step"] for t in twins])
+    arrays["twin_leader_overlap"] = np.array([t["leader_overlap"] for t in twins])
+    arrays["twin_top_leader_agrees"] = np.array([t["top_leader_agrees"] for t in twins], dtype=np.float64)
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
 
@@ -77,6 +79,12 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         sel = arrays["twin_layer"] == k
         ident, step = float(arrays["twin_identity"][sel].mean()), float(arrays["twin_one_step"][sel].mean())
         checks[f"layer {k}: twin one-step 1 - cos to the next layer (identity: {ident:.3g})"] = report(step)
+        if "twin_leader_overlap" in arrays:
+            overlap = float(arrays["twin_leader_overlap"][sel].mean())
+            agree = float(arrays["twin_top_leader_agrees"][sel].mean())
+            checks[f"layer {k}: leaders of the twin's flow (t = 8) vs the real layer's, overlap of the top 3"] = report(
+                overlap, f"the top leader agrees in {agree:.0%} of the prompts"
+            )
     return checks, {"sink_onset_layer": onset}
 
 

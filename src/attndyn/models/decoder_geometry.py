@@ -28,7 +28,9 @@ Contract
   every head, with its key/value group; no RoPE, no feed-forward), started from the real hidden
   state at that layer: one residual step (dt = 1) and the continuous flow over unit time, each
   compared with the real next layer by the mean of ``1 - cos`` over tokens, beside the identity
-  (nothing moves) and the best multiple of the layer's beta for the one-step twin.
+  (nothing moves) and the best multiple of the layer's beta for the one-step twin; and the leaders
+  (the three columns that receive the most attention, :func:`column_mass`) that the twin's flow
+  predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import numpy as np
 import torch
 
 from attndyn.analysis.clusters import stable_cluster_count
-from attndyn.core.dynamics import Model, velocity
+from attndyn.core.dynamics import Model, attention_matrix, velocity
 from attndyn.core.simulation import simulate
 from attndyn.core.solvers import RK4, FixedStep
 from attndyn.core.weights import Weights
@@ -221,13 +223,35 @@ def _discrepancy(pred: np.ndarray, real: np.ndarray) -> float:
     return float(np.mean(1 - cos))
 
 
+LEADERS_TOP = 3  # leaders compared: the columns with the most attention
+LEADERS_T = 8.0  # the twin's flow runs this long before its leaders are read
+
+
+def column_mass(P: np.ndarray) -> np.ndarray:
+    """The share of all queries' attention that key j receives, (1/n) sum_i P_ij, heads averaged:
+    ``(n,)``. (Gu et al.'s alpha_j averages over the queries i >= j only, which inflates the last
+    columns, seen by few queries, each attending to itself.)"""
+    A = P.mean(0) if P.ndim == 3 else P
+    return A.sum(-2) / A.shape[-2]
+
+
+def leaders_of(P: np.ndarray, top: int = LEADERS_TOP) -> list[int]:
+    """The ``top`` columns of largest mass: the paper's leaders, where the rows' weight goes."""
+    return [int(j) for j in np.argsort(-column_mass(P))[:top]]
+
+
 def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> dict:
-    """The particle twin of one layer against the real next layer (see the module docstring)."""
+    """The particle twin of one layer against the real next layer (see the module docstring), and
+    the leaders the twin's flow predicts (its attention after ``LEADERS_T``) against the real layer's."""
     x = fw.hidden[layer].double().numpy()
     real = fw.hidden[layer + 1].double().numpy()
     model = _twin_model(decoder, layer)
     step = x + velocity(0.0, x, model)
     flow = simulate(model, x, [0.0, 1.0], solver=RK4(), step=FixedStep(0.125)).numpy()[1][-1]
+    late = simulate(model, x, [0.0, LEADERS_T], solver=RK4(), step=FixedStep(0.5)).numpy()[1][-1]  # leaders need no fine steps
+    theta = late / np.linalg.norm(late, axis=-1, keepdims=True)  # Pre-LN attends at the directions
+    twin_leaders = leaders_of(attention_matrix(model, theta).numpy())
+    real_leaders = leaders_of(fw.attentions[layer].double().numpy())
     by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s)), real) for s in scales}
     best = min(by_scale, key=by_scale.get)
     return {
@@ -237,4 +261,8 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         "flow": _discrepancy(flow, real),
         "best_beta_multiple": float(best),
         "best_one_step": by_scale[best],
+        "real_leaders": real_leaders,
+        "twin_leaders": twin_leaders,
+        "leader_overlap": len(set(real_leaders) & set(twin_leaders)) / LEADERS_TOP,
+        "top_leader_agrees": bool(real_leaders[0] == twin_leaders[0]),
     }
