@@ -300,3 +300,16 @@ def test_simulate_movie_writes_an_owned_gif(tmp_path):
         assert im.n_frames > 10
         assert min(im.size) >= 300  # large enough to read
     assert "trajectory.gif" in json.loads((out / ".attndyn.json").read_text())["files"]
+
+
+def test_analyze_and_movie_never_overwrite_a_file_attndyn_did_not_write(tmp_path):
+    out = tmp_path / "run"
+    config = str(ROOT / "configs" / "polytope.toml")
+    assert CliRunner().invoke(app, ["simulate", config, "--out", str(out)]).exit_code == 0
+    for name, argv in (("analysis.png", ["analyze", str(out)]), ("trajectory.gif", ["simulate", config, "--out", str(out), "--movie"])):
+        (out / name).write_bytes(b"mine")
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, result.output
+        assert "was not written by attndyn" in " ".join(result.output.split())
+        assert (out / name).read_bytes() == b"mine"
+        (out / name).unlink()

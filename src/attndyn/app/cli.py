@@ -188,6 +188,9 @@ def simulate(
     except ConfigError as err:
         fail(f"{config}: {err}")
     ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
+    marker = ownership.read_marker(out) if out.is_dir() else None
+    if movie and (out / "trajectory.gif").exists() and "trajectory.gif" not in (marker or {}).get("files", []):
+        fail(f"{out / 'trajectory.gif'} exists and was not written by attndyn; move it away or name another folder")
     try:
         with delayed_progress("simulate", cfg.solver.t1) as update:
             run = runs.execute(cfg, progress=update)
@@ -215,11 +218,12 @@ def simulate(
 
         from attndyn.workflow import plots
 
+        owner = ownership.claim(out, "run", "attndyn simulate")
         xs = run.xs if run.xs.ndim == 3 else run.xs.reshape(len(run.ts), -1, run.xs.shape[-1])
         if xs.shape[-1] > 3:
             xs = xs @ plots.principal_axes(xs[-1])
         plots.points_movie(out / "trajectory.gif", np.asarray(run.ts), xs, title=f"{xs.shape[1]} tokens, {run.variable}-form", variable=run.variable)
-        ownership.claim(out, "run", "attndyn simulate").add("trajectory.gif")
+        owner.add("trajectory.gif")
     console.print(f"wrote {out} ({run.stats['steps']} steps, {run.stats['nfev']} evaluations, {run.wall_seconds:.2f} s)", markup=False)
 
 
@@ -455,6 +459,10 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
     except ValueError as err:
         fail(f"cannot analyse {str(run_dir)!r}: {err}")
     owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
+    try:
+        owner.refuse_foreign("analysis.json", "analysis.png")
+    except ownership.OwnershipError as err:
+        fail(str(err))
     write_json(run_dir / "analysis.json", result.to_dict())
     owner.add("analysis.json")
     _analysis_figure(run_dir, traj, run.model, result)

@@ -67,6 +67,13 @@ class Owner:
                 self.files.append(rel)
         self._save()
 
+    def refuse_foreign(self, *names: str) -> None:
+        """OwnershipError when one of ``names`` exists in the folder and attndyn did not write it
+        (call before writing: attndyn never overwrites a file it does not own)."""
+        for name in names:
+            if (self.folder / name).exists() and Path(name).as_posix() not in self.files:
+                raise OwnershipError(f"{self.folder / name} exists and was not written by attndyn; move it away or name another folder")
+
     def _save(self) -> None:
         from attndyn import __version__
 
