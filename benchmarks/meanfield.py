@@ -8,6 +8,9 @@
   mean field on the coarsest grid that resolves beta = 1 is accurate to < 1e-6 in W1. For each
   accuracy eps the particle run needs n = (C / eps)^2; the crossover n is where the particle run's
   cost per unit time equals the mean field's.
+* The zonal solver on S^2 at degree L = 256 (SA, beta = 4, two caps): one Dopri5 step and one RK4
+  step, against the bound of its field (the four matrix-vector products of about 1.5 L x L measured
+  alone).
 * Long context: one layer of the long-context claim at n = 4096, d = 4097 (Q = K = V = I) through
   fused and dense attention, each in its own subprocess; peak extra resident memory beyond the
   inputs, the weights and the prepared model (VmHWM reset before the call).
@@ -31,6 +34,7 @@ from common import median_time  # noqa: E402
 from attndyn.claims import circle
 from attndyn.claims.mean_field_limit import Config, sample
 from attndyn.theory import meanfield as mf
+from attndyn.theory import meanfield_sphere as ms
 
 CHILD = r"""
 import json, math, sys, time
@@ -70,6 +74,21 @@ def step_times(M: int) -> dict:
     out["dopri5_step_ms"] = median_time(lambda: mf.solve_circle(rho0, [0.0, 0.5], beta=4.0), repeat=5) / sol.steps * 1e3
     out["rk4_step_ms"] = median_time(lambda: mf.solve_circle(rho0, [0.0, 0.5], beta=4.0, dt=0.002), repeat=5) / 250 * 1e3
     out["fft_bound_per_evaluation_ms"] = fft_bound(M) * 1e3
+    return out
+
+
+def sphere_step_times(L: int = 256) -> dict:
+    a0 = ms.zonal_density("caps", L, kappas=[3.0, 1.5], poles=[1, -1], weights=[0.6, 0.4])
+    sol = ms.solve_sphere(a0, [0.0, 0.5], beta=4.0)
+    out = {"L": L, "dopri5_steps": sol.steps}
+    out["dopri5_step_ms"] = median_time(lambda: ms.solve_sphere(a0, [0.0, 0.5], beta=4.0), repeat=5) / sol.steps * 1e3
+    out["rk4_step_ms"] = median_time(lambda: ms.solve_sphere(a0, [0.0, 0.5], beta=4.0, dt=0.005), repeat=5) / 100 * 1e3
+    u, _ = ms.nodes(L)
+    P = torch.rand(u.size, L + 1, dtype=torch.float64)
+    Pt = P.T.contiguous()
+    a = torch.rand(L + 1, dtype=torch.float64)
+    r = torch.rand(u.size, dtype=torch.float64)
+    out["matvec_bound_per_evaluation_ms"] = (3 * median_time(lambda: P @ a, repeat=500) + median_time(lambda: Pt @ r, repeat=500)) * 1e3
     return out
 
 
@@ -125,6 +144,15 @@ def main():
     print(f"mean field, M = 4096, SA beta = 4: Dopri5 step {steps['dopri5_step_ms']:.3f} ms, RK4 step {steps['rk4_step_ms']:.3f} ms")
     ratio = steps["rk4_step_ms"] / (4 * steps["fft_bound_per_evaluation_ms"])
     print(f"  FFT bound per field evaluation {steps['fft_bound_per_evaluation_ms']:.3f} ms; RK4 step / (4 x bound) = {ratio:.2f}")
+    sp = sphere_step_times(256)
+    print(
+        f"zonal solver on S^2, L = {sp['L']}, SA beta = 4: Dopri5 step {sp['dopri5_step_ms']:.3f} ms ({sp['dopri5_steps']} steps to t = 0.5), "
+        f"RK4 step {sp['rk4_step_ms']:.3f} ms"
+    )
+    print(
+        f"  matrix-vector bound per field evaluation {sp['matvec_bound_per_evaluation_ms']:.4f} ms; "
+        f"RK4 step / (4 x bound) = {sp['rk4_step_ms'] / (4 * sp['matvec_bound_per_evaluation_ms']):.1f}"
+    )
     c = crossover(quick)
     print(f"crossover (beta = 1, T = 1): particles W1 ~ {c['particle_C']:.3f} / sqrt(n)")
     for n, s in c["particle_seconds_per_unit_time"].items():

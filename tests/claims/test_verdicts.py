@@ -626,6 +626,16 @@ def test_mode_selection_checks_fail_on_violations():
     # white noise whose spectrum peaks at mode 5 (five clusters, not k_max(5) = 3)
     a["noise_power"][0, :, 4] = 2 * a["noise_power"][0].max(1)
     assert failing(judged(cid, a), "white noise at beta = 5")
+    a = copy_arrays(cid)
+    # S^2 particles whose degree 2 grows 0.3 % faster than lambda_2 (SA, beta = 5)
+    lam2 = theory.growth_rates(5.0, 3, [2])[0]
+    a["s2_particle_amp"][0, 0, :, 1] *= np.exp(3e-3 * lam2 * a["s2_particle_ts"][0, 0])
+    assert failing(judged(cid, a), "S^2 particles (d = 3)")
+    a = copy_arrays(cid)
+    # the S^2 solver's USA degree 1 off by 2e-4 relative
+    lam1 = theory.growth_rates(5.0, 3, [1], usa=True)[0]
+    a["s2_meanfield_amp"][0, 1, :, 0] *= np.exp(2e-4 * lam1 * a["s2_meanfield_ts"][0, 1])
+    assert failing(judged(cid, a), "S^2 mean field (zonal solver)")
 
 
 def test_kuramoto_checks_fail_on_violations():
@@ -663,6 +673,13 @@ def test_mean_field_limit_checks_fail_on_violations():
     for n in a["ns"]:  # distances falling like n^-1: too fast for the empirical measure
         a[f"w1_b0_n{n}"] = a[f"w1_b0_n{n}"] * np.sqrt(n0 / n)
     assert failing(judged(cid, a), "fitted exponent p")
+    a = copy_arrays(cid)
+    # every S^2 system's degree-3 moment at T moved by 3e-3 (about 11 standard errors at the tiny size)
+    a["s2_moments_b1"][-1, :, 2] += 3e-3
+    assert failing(judged(cid, a), "S^2 (d = 3): |particle zonal moment")
+    a = copy_arrays(cid)
+    a["s2_step_error_b0"][2, 1] = 1.0  # an integration error far above the standard error
+    assert failing(judged(cid, a), "S^2 (d = 3): integration error")
 
 
 def test_phase_diagram_checks_fail_on_violations():

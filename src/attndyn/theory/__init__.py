@@ -4,7 +4,7 @@ Layer contract
 --------------
 What particle runs are compared with: the closed forms and reduced ODEs of the paper's successors
 (``closed_forms``, re-exported here, so ``attndyn.theory.growth_rates`` works as before), the
-continuity equation on the circle (``meanfield``), and the matrices the paper's theorems name
+continuity equation on the circle (``meanfield``) and for zonal densities on S^2 (``meanfield_sphere``), and the matrices the paper's theorems name
 (``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
 (the mean-field solver reuses its Runge-Kutta tableaux).
 """

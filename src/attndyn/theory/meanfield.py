@@ -35,6 +35,7 @@ perturbation, wrapped Cauchy, von Mises mixture, or smoothed samples).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 from scipy.special import ive
 
-from attndyn.core.solvers import RK4, AdaptiveStep, Dopri5, FixedStep, integrate
+from attndyn.core.solvers import RK4, AdaptiveStep, Dopri5, FixedStep, Solution, integrate
 from attndyn.core.threads import policy as threads_policy
 
 Method = Literal["spectral", "finite-volume"]
@@ -127,19 +128,55 @@ def _field(t: float, rho: torch.Tensor, args: _Args) -> torch.Tensor:
     return _irfft(args.minus_ik * _rfft(flux), n=args.M)
 
 
+def finite_vector(x: np.ndarray, name: str, min_size: int, what: str) -> np.ndarray:
+    """``x`` as a float64 vector of at least ``min_size`` finite entries, else ValueError naming ``name``."""
+    v = np.asarray(x, dtype=np.float64)
+    if v.ndim != 1 or v.size < min_size:
+        raise ValueError(f"{name} must be {what}; got shape {v.shape}.")
+    if not np.isfinite(v).all():
+        raise ValueError(f"{name} contains non-finite values.")
+    return v
+
+
+def check_resolution(t: float, values: np.ndarray, power: np.ndarray, grid: str, remedy: str) -> None:
+    """Raise ResolutionError at time ``t`` when the density ``values`` dips below zero beyond round-off or
+    the top third of its spectrum ``power`` holds more than TAIL_TOL of the whole (``grid`` names the grid)."""
+    if values.min() < -NEGATIVE_TOL * max(values.max(), 1e-300):
+        raise ResolutionError(f"the density became negative at t = {t:.6g} (min {values.min():.3g}): {grid} no longer resolves it.")
+    tail = power[2 * len(power) // 3 :].sum() / power.sum()
+    if tail > TAIL_TOL:
+        raise ResolutionError(f"at t = {t:.6g} the top third of the spectrum on {grid} holds {tail:.2g} of it: {remedy}.")
+
+
 def check_density(rho0: np.ndarray) -> np.ndarray:
     """Validate an initial density on an equispaced grid: finite, non-negative, mass 1 (to 1e-8)."""
-    rho = np.asarray(rho0, dtype=np.float64)
-    if rho.ndim != 1 or rho.size < 8:
-        raise ValueError(f"rho0 must be a 1-D density on at least 8 grid points; got shape {rho.shape}.")
-    if not np.isfinite(rho).all():
-        raise ValueError("rho0 contains non-finite values.")
+    rho = finite_vector(rho0, "rho0", 8, "a 1-D density on at least 8 grid points")
     if rho.min() < 0:
         raise ValueError(f"rho0 is negative somewhere (min {rho.min():.3g}); a density must be >= 0.")
     mass = rho.sum() * 2 * math.pi / rho.size
     if abs(mass - 1) > 1e-8:
         raise ValueError(f"rho0 has mass {mass:.12g}, not 1 (sum(rho) * 2 pi / M must be 1).")
     return rho
+
+
+def check_run(beta: float, ts: np.ndarray | list[float], dt: float | None) -> np.ndarray:
+    """Validate a solver's beta (finite, >= 0), save times (finite, increasing, >= 0) and fixed step; returns ts as float64."""
+    if not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta = {beta!r} must be a finite number >= 0.")
+    ts = np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.size < 1 or not np.isfinite(ts).all() or (np.diff(ts) <= 0).any() or ts[0] < 0:
+        raise ValueError(f"ts must be finite, increasing and >= 0; got {ts!r}.")
+    if dt is not None and not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt = {dt!r} must be a finite number > 0.")
+    return ts
+
+
+def step_through(
+    field: Callable, x0: torch.Tensor, ts: np.ndarray, args: object, *, rtol: float, atol: float, dt: float | None, observe: Callable, max_steps: int
+) -> Solution:
+    """Adaptive Dopri5 at ``rtol``/``atol``, or RK4 at the fixed step ``dt`` when one is given; ``observe`` at every save."""
+    solver, controller = (Dopri5(), AdaptiveStep(rtol=rtol, atol=atol)) if dt is None else (RK4(), FixedStep(dt))
+    return integrate(field, x0, ts, args, solver=solver, controller=controller, observe=observe, max_steps=max_steps)
 
 
 def solve_circle(
@@ -163,13 +200,9 @@ def solve_circle(
     ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`.
     """
     rho = check_density(rho0)
-    if not (math.isfinite(beta) and beta >= 0):
-        raise ValueError(f"beta = {beta!r} must be a finite number >= 0.")
+    ts = check_run(beta, ts, dt)
     if method not in METHODS:
         raise ValueError(f"method = {method!r} is not one of {', '.join(METHODS)}.")
-    ts = np.asarray(ts, dtype=np.float64)
-    if ts.ndim != 1 or ts.size < 1 or not np.isfinite(ts).all() or (np.diff(ts) <= 0).any() or ts[0] < 0:
-        raise ValueError(f"ts must be finite, increasing and >= 0; got {ts!r}.")
     M = rho.size
     # the kernel must be resolved: its coefficients at the de-aliasing cut must be negligible
     cut = M // 3
@@ -187,26 +220,10 @@ def solve_circle(
 
         def check(t: float, r: torch.Tensor) -> torch.Tensor:
             arr = r.numpy()
-            if arr.min() < -NEGATIVE_TOL * max(arr.max(), 1e-300):
-                raise ResolutionError(f"the density became negative at t = {t:.6g} (min {arr.min():.3g}): the grid of M = {M} no longer resolves it.")
-            power = np.abs(np.fft.rfft(arr)) ** 2
-            tail = power[2 * len(power) // 3 :].sum() / power.sum()
-            if tail > TAIL_TOL:
-                raise ResolutionError(f"at t = {t:.6g} the top third of the M = {M} modes holds {tail:.2g} of the spectrum: refine M.")
+            check_resolution(t, arr, np.abs(np.fft.rfft(arr)) ** 2, f"the grid of M = {M}", "refine M")
             return r.new_zeros(())
 
-        if dt is not None and not (math.isfinite(dt) and dt > 0):
-            raise ValueError(f"dt = {dt!r} must be a finite number > 0.")
-        sol = integrate(
-            _field,
-            torch.as_tensor(rho),
-            ts,
-            args,
-            solver=Dopri5() if dt is None else RK4(),
-            controller=AdaptiveStep(rtol=rtol, atol=atol) if dt is None else FixedStep(dt),
-            observe=check,
-            max_steps=max_steps,
-        )
+        sol = step_through(_field, torch.as_tensor(rho), ts, args, rtol=rtol, atol=atol, dt=dt, observe=check, max_steps=max_steps)
         return MeanFieldSolution(np.asarray(sol.ts), 2 * math.pi * np.arange(M) / M, sol.xs.numpy(), int(sol.stats["steps"]), "spectral")
 
 
@@ -258,6 +275,18 @@ def _finite_volume(rho: np.ndarray, ts: np.ndarray, *, beta: float, usa: bool, c
     return MeanFieldSolution(ts, h * np.arange(M), out, steps, "finite-volume")
 
 
+def take_params(what: str, params: dict, names: tuple, defaults: dict) -> list:
+    """The values of the required ``names`` and of the optional ``defaults`` in ``params``, in that order;
+    an unknown or a missing parameter raises ValueError naming it (``what``: "initial density 'uniform'")."""
+    unknown = set(params) - set(names) - set(defaults)
+    if unknown:
+        raise ValueError(f"{what} has no parameter {sorted(unknown)[0]!r}; it takes {', '.join([*names, *defaults])}.")
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"{what} needs {missing[0]!r}.")
+    return [params[n] for n in names] + [params.get(k, d) for k, d in defaults.items()]
+
+
 def initial_density(kind: str, M: int, **params) -> np.ndarray:
     """An initial density on M grid points, mass 1. Kinds and their parameters:
 
@@ -278,13 +307,7 @@ def initial_density(kind: str, M: int, **params) -> np.ndarray:
         return np.exp(kappa * (np.cos(theta - mean) - 1)) / (2 * math.pi * ive(0, kappa))
 
     def take(*names, **defaults):
-        unknown = set(params) - set(names) - set(defaults)
-        if unknown:
-            raise ValueError(f"initial density {kind!r} has no parameter {sorted(unknown)[0]!r}; it takes {', '.join([*names, *defaults])}.")
-        missing = [n for n in names if n not in params]
-        if missing:
-            raise ValueError(f"initial density {kind!r} needs {missing[0]!r}.")
-        return [params[n] for n in names] + [params.get(k, d) for k, d in defaults.items()]
+        return take_params(f"initial density {kind!r}", params, names, defaults)
 
     if kind == "uniform":
         modes, amplitude, phases = take(modes=[], amplitude=0.0, phases=None)
