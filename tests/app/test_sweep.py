@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from attndyn import sweep
 from attndyn.app.cli import app
+from attndyn.app.sweep_results import dim_name
 from attndyn.workflow import runs
 from attndyn.workflow.schema import parse_config
 
@@ -97,12 +98,15 @@ def test_measures_against_direct_computation(tmp_path):
     x = run.xs / np.linalg.norm(run.xs, axis=-1, keepdims=True)
     G = np.einsum("tid,tjd->tij", x, x)
     iu = np.triu_indices(8, 1)
-    np.testing.assert_allclose(ds["pair_fraction"].sel({"model.beta": 9.0, "seed": 3}).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
-    np.testing.assert_allclose(ds["energy"].sel({"model.beta": 9.0, "seed": 3}).values, np.exp(9.0 * (G - 1)).mean((1, 2)), rtol=1e-12)
+    # the dotted grid key is a dimension named as an attribute, with the key kept in its attributes
+    assert ds.model_beta.attrs["key"] == "model.beta"
+    assert list(ds["pair_fraction"].dims) == ["model_beta", "seed", "t"]
+    np.testing.assert_allclose(ds["pair_fraction"].sel(model_beta=9.0, seed=3).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
+    np.testing.assert_allclose(ds["energy"].sel(model_beta=9.0, seed=3).values, np.exp(9.0 * (G - 1)).mean((1, 2)), rtol=1e-12)
     # beta = 1 collapses to one point by t = 30 (one cluster, a finite time); beta = 9 is still metastable
-    assert ds["cluster_count"].sel({"model.beta": 1.0}).item() == 1.0
-    assert np.isfinite(ds["time_to_one_cluster"].sel({"model.beta": 1.0}).item())
-    assert ds["cluster_count"].sel({"model.beta": 9.0}).item() > 1
+    assert ds["cluster_count"].sel(model_beta=1.0).item() == 1.0
+    assert np.isfinite(ds["time_to_one_cluster"].sel(model_beta=1.0).item())
+    assert ds["cluster_count"].sel(model_beta=9.0).item() > 1
 
 
 def alone(point) -> tuple:
@@ -118,13 +122,15 @@ def test_results_land_at_their_grid_points_when_tasks_interleave(tmp_path):
     path = write_sweep(tmp_path, 'seed = [4, 0, 2]\n"model.beta" = [2.0, 0.5]', 'measures = ["energy"]')
     sweep.run(path, tmp_path / "out", workers=0)
     ds = sweep.load(tmp_path / "out")
-    assert ds["energy"].dims == ("seed", "model.beta", "t")
+    assert ds["energy"].dims == ("seed", "model_beta", "t")
     spec = sweep.load_spec(path)
     assert sorted(spec.tasks[0]) != list(range(spec.tasks[0][0], spec.tasks[0][0] + len(spec.tasks[0])))  # interleaved
     for point in spec.points:
         _, G = alone(point)
         beta = point.coords["model.beta"]
-        np.testing.assert_allclose(ds["energy"].sel(point.coords).values, np.exp(beta * (G - 1)).mean((1, 2)), rtol=1e-10)
+        np.testing.assert_allclose(
+            ds["energy"].sel({dim_name(k): v for k, v in point.coords.items()}).values, np.exp(beta * (G - 1)).mean((1, 2)), rtol=1e-10
+        )
 
 
 def test_each_task_row_names_its_grid_point(tmp_path):
@@ -178,7 +184,7 @@ def test_task_measures_equal_those_of_each_point_run_alone(tmp_path, d, measures
     iu = np.triu_indices(8, 1)
     for point in sweep.load_spec(path).points:
         run, G = alone(point)
-        where = {"model.beta": 3.0, "seed": point.coords["seed"]}
+        where = {"model_beta": 3.0, "seed": point.coords["seed"]}
         np.testing.assert_allclose(ds["energy"].sel(where).values, np.exp(3.0 * (G - 1)).mean((1, 2)), rtol=1e-10)
         if "pair_fraction" in measures:
             np.testing.assert_array_equal(ds["pair_fraction"].sel(where).values, (G[:, iu[0], iu[1]] >= 0.999).mean(-1))
@@ -195,7 +201,7 @@ def test_normalization_schemes_sweep_like_any_model_option(tmp_path):
     energies = []
     for point in sweep.load_spec(path).points:
         run, G = alone(point)
-        got = ds["energy"].sel({"model.scheme": point.coords["model.scheme"], "seed": 1}).values
+        got = ds["energy"].sel({"model_scheme": point.coords["model.scheme"], "seed": 1}).values
         np.testing.assert_allclose(got, np.exp(G - 1).mean((1, 2)), rtol=1e-12)
         energies.append(got[-1])
     assert len(set(np.round(energies, 12))) == 3  # the schemes move the tokens differently
@@ -211,7 +217,7 @@ def test_noise_strength_sweeps_point_by_point_like_single_runs(tmp_path):
     for point in sweep.load_spec(path).points:
         run = runs.execute(parse_config(json.loads(json.dumps(point.config))))
         G = np.einsum("tid,tjd->tij", run.xs, run.xs)
-        got = ds["energy"].sel({"solver.kappa": point.coords["solver.kappa"], "seed": point.coords["seed"]}).values
+        got = ds["energy"].sel({"solver_kappa": point.coords["solver.kappa"], "seed": point.coords["seed"]}).values
         np.testing.assert_allclose(got, np.exp(G - 1).mean((1, 2)), rtol=1e-12)
 
 
@@ -392,8 +398,8 @@ def test_a_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, faults):
     assert len(points) == 6
     ds = sweep.load(tmp_path / "out")
     values = ds["sweep_faults:fail_at_beta_2"]
-    assert np.isnan(values.sel({"model.beta": 2.0}).values).all()
-    assert np.isfinite(values.sel({"model.beta": 4.0}).values).all()
+    assert np.isnan(values.sel({"model_beta": 2.0}).values).all()
+    assert np.isfinite(values.sel({"model_beta": 4.0}).values).all()
     # the status command reads the ledger, names the failed task and its error, and writes nothing
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "out").iterdir())
     st = CliRunner().invoke(app, ["sweep", "status", str(tmp_path / "out")])
@@ -419,10 +425,10 @@ def test_one_cluster_is_the_probability_of_one_cluster_at_each_save(tmp_path):
     flags = ds["one_cluster"].values
     assert set(np.unique(flags)) <= {0.0, 1.0}
     np.testing.assert_array_equal(flags, (ds["pair_fraction"].values >= 1.0).astype(float))
-    p = ds["one_cluster"].sel({"model.beta": 1.0}).mean("seed").values
+    p = ds["one_cluster"].sel({"model_beta": 1.0}).mean("seed").values
     assert p[0] == 0.0
     assert p[-1] == 1.0  # beta = 1 is one cluster by t = 30 for every seed
-    assert ds["one_cluster"].sel({"model.beta": 9.0}).mean("seed").values[-1] < 1.0  # beta = 9: still metastable
+    assert ds["one_cluster"].sel({"model_beta": 9.0}).mean("seed").values[-1] < 1.0  # beta = 9: still metastable
 
 
 def test_a_changed_sweep_file_is_refused_naming_what_changed(tmp_path):
@@ -469,7 +475,7 @@ def test_export_round_trips(tmp_path, fmt):
         np.testing.assert_array_equal(back["cluster_count"].values, ds["cluster_count"].values)
     else:
         lines = target.read_text().splitlines()
-        assert lines[0].split(",")[:3] == ["model.beta", "seed", "t"]
+        assert lines[0].split(",")[:3] == ["model_beta", "seed", "t"]
         assert len(lines) == 1 + 2 * 2 * 5
 
 

@@ -3,14 +3,18 @@
 Contract
 --------
 ``load(out)`` returns an ``xarray.Dataset`` (one dimension per grid key in file order, plus ``t``
-for measures over time; missing points are NaN); ``export`` writes it as CSV or NetCDF (atomically);
-``heatmap`` draws one measure over two grid axes.
+for measures over time; missing points are NaN). A dimension is named so that it works as an
+attribute: the grid key ``"model.beta"`` becomes ``model_beta`` (``ds.model_beta``,
+``ds.sel(model_beta=4.0)``), and the coordinate keeps the dotted key in its attributes (``key`` and
+``long_name``). ``export`` writes it as CSV or NetCDF (atomically); ``heatmap`` draws one measure over
+two grid axes, named either way.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +27,22 @@ from attndyn.workflow.schema import SweepError
 if TYPE_CHECKING:
     import xarray as xr
     from matplotlib.figure import Figure
+
+
+def dim_name(key: str) -> str:
+    """A grid key as a dimension name that is a Python identifier: ``"model.beta"`` to ``model_beta``."""
+    name = re.sub(r"\W", "_", key)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def _dims(keys: list[str]) -> list[str]:
+    names = [dim_name(k) for k in keys]
+    for name in names:
+        if names.count(name) > 1:
+            raise SweepError(f"grid keys {', '.join(repr(o) for o in keys if dim_name(o) == name)} would share the dimension name {name!r}")
+    if "t" in names:
+        raise SweepError("a grid key may not be named 't' (the time dimension)")
+    return names
 
 
 def load(folder: str | Path) -> xr.Dataset:
@@ -56,14 +76,15 @@ def load(folder: str | Path) -> xr.Dataset:
                 data[name][place[task_id]] = value if "seed" in keys else value[0]
     finally:
         ledger.close()
+    names = _dims(keys)
     variables = {}
     for name in spec["measures"]:
         value = data.get(name)
         if value is None:
             value = np.full(shape, np.nan)
-        dims = keys + (["t"] if value.ndim > len(keys) else [])
+        dims = names + (["t"] if value.ndim > len(keys) else [])
         variables[name] = (dims, value)
-    coords = {k: grid[k] for k in keys}
+    coords = {d: (d, grid[k], {"key": k, "long_name": k}) for d, k in zip(names, keys, strict=True)}
     if any(len(v[0]) > len(keys) for v in variables.values()):
         coords["t"] = ts
     return xr.Dataset(variables, coords=coords, attrs={"fingerprint": meta["fingerprint"], "sweep": json.dumps(spec, sort_keys=True)})
@@ -121,13 +142,20 @@ def heatmap(
         raise SweepError(f"measure {measure!r} is not in this sweep; it has {', '.join(ds.data_vars)}")
     da = ds[measure]
     for axis in (x, y):
-        if axis not in da.dims:
+        if axis not in da.dims and dim_name(axis) not in da.dims:
             raise SweepError(f"axis {axis!r} is not a dimension of {measure!r}; dimensions: {', '.join(da.dims)}")
+    x, y = (axis if axis in da.dims else dim_name(axis) for axis in (x, y))  # the grid key or the dimension name
     if x == y:
         raise SweepError("--x and --y must differ")
     mean = da.mean([d for d in da.dims if d not in (x, y)], skipna=True).transpose(y, x)
     fig = plots.grid_heatmap(
-        np.asarray(ds[x].values), np.asarray(ds[y].values), mean.values, xlabel=xlabel or x, ylabel=ylabel or y, label=label or measure, title=title
+        np.asarray(ds[x].values),
+        np.asarray(ds[y].values),
+        mean.values,
+        xlabel=xlabel or ds[x].attrs.get("key", x),
+        ylabel=ylabel or ds[y].attrs.get("key", y),
+        label=label or measure,
+        title=title,
     )
     ax = fig.axes[0]
     for flag, axis, values in ((logx, "x", ds[x].values), (logy, "y", ds[y].values)):
