@@ -76,3 +76,17 @@ def test_pages_open_offline_in_a_browser(site, page, text):
             assert errors == [], errors
         finally:
             chromium.close()
+
+
+def test_the_package_text_cites_no_internal_document():
+    """Docstrings, messages and claim texts cite the papers, never the project's internal specification
+    (which does not ship): the API pages, ``help()`` and the report are read by users."""
+    import re
+
+    hits = [
+        f"{path.relative_to(ROOT)}:{k}"
+        for path in sorted((ROOT / "src" / "attndyn").rglob("*.py"))
+        for k, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bSPEC\b", line)
+    ]
+    assert not hits, hits

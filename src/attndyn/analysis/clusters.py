@@ -12,7 +12,7 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
   reference length of the system (a trajectory's initial diameter; by default the points' own): a
   system that shrank far below it counts one cluster, k tight clusters count k at any common
   scale, a cloud without gaps counts every point. A count without its range is not to be trusted
-  (SPEC §6.7). ``analyze`` and the sweeps' ``cluster_count`` both use it.
+  (logits grow like e^{2 lambda t}). ``analyze`` and the sweeps' ``cluster_count`` both use it.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
   each merging cluster.
 """
@@ -101,7 +101,7 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
     points within 2e-5 of each other look like 30 clusters); relative to the diameter it started
     from it is one point. The window keeps the two unbounded ranges (every point its own cluster
     below the smallest merge distance, one cluster above the largest) finite; ``rel_min`` is the
-    resolution below which points count as one (SPEC §4.0 suggests 1e-3 of the data scale for
+    resolution below which points count as one (1e-3 of the data scale is suggested for
     converged limits).
     """
     a = as_points(points)

@@ -8,7 +8,7 @@ Pure functions on host arrays (NumPy/SciPy); no I/O.
   including degenerate sets (collinear, coplanar in 3-D, d = 1, duplicates): the points are
   reduced to their affine hull first.
 * ``distance_to_vertices(points, vertices)``, ``support_function(points, directions)``
-  (SPEC §1.8, p:noninc).
+  (arXiv 2305.05465, p:noninc).
 * ``left_eigenvector(V)``: ``(phi_star, lambda_1, phi)`` with phi_star(V z) = lambda_1 phi_star(z)
   and phi_star(phi) = 1; raises unless the top eigenvalue (largest modulus) is real, simple and
   positive (Def. 4.1 (i)).

@@ -1,4 +1,4 @@
-"""The attention matrix as a (near-)Boolean, low-rank matrix: Thm 2.1's objects (SPEC §2.1, §4.2).
+"""The attention matrix as a (near-)Boolean, low-rank matrix: Thm 2.1's objects (arXiv 2305.05465 §2).
 
 Contract
 --------
@@ -13,7 +13,7 @@ Pure functions on host arrays. ``P`` is a row-stochastic ``(n, n)`` matrix (or a
 * ``exceptional_rows(P, tol=...)``: rows farther than ``tol`` from a Boolean vector (Thm 2.1
   allows at most one);
 * ``leader_log_gap(L)``: -log(1 - P_{i, lead(i)}) from the logits with log-sum-exp, since 1 - P
-  underflows below 1e-16 long before the rate can be read (SPEC §4.2(f)).
+  underflows below 1e-16 long before the rate can be read.
 """
 
 from __future__ import annotations

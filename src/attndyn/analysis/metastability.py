@@ -1,4 +1,4 @@
-"""Metastability tools (SPEC §8.4): the normalised energy, plateaus on log-time, cluster masses, the
+"""Metastability tools (Geshkovski, Koubbi, Polyanskiy, Rigollet, arXiv 2410.06833): the normalised energy, plateaus on log-time, cluster masses, the
 pairing-phase clock. NumPy only (analysis layer).
 
 Contract

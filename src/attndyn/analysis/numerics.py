@@ -6,7 +6,7 @@ Contract
   strings ``"inf"``, ``"-inf"``, ``"nan"``), so that a reported value is never silently dropped.
 * ``precision_horizon(model, x0, ts, ...)``: where float64 rounding starts to decide a run, found
   by integrating two perturbation sizes of ``x0`` and seeing when their deviations become
-  comparable (SPEC §4.6). ``horizon_estimate(V, spread)``: the same from the spectrum alone.
+  comparable. ``horizon_estimate(V, spread)``: the same from the spectrum alone.
 
 No I/O.
 """
@@ -80,7 +80,7 @@ def precision_horizon(
     max_steps: int = 10_000_000,
     quantity: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Horizon:
-    """Estimate where rounding, not the dynamics, decides a run (SPEC §4.6, §6.7).
+    """Estimate where rounding, not the dynamics, decides a run (logits grow like e^{2 lambda t}).
 
     Integrates ``x0`` ``(S, n, d)`` together with two perturbed copies, ``x0 + sizes[0] u`` and
     ``x0 + sizes[1] u`` (``u`` a fixed random direction per token, scaled by the data), in one
@@ -119,7 +119,7 @@ def precision_horizon(
 
 
 def horizon_estimate(V: np.ndarray, spread: float) -> float:
-    """The rescaled run's precision horizon from the spectrum alone (SPEC §4.6):
+    """The rescaled run's precision horizon from the spectrum alone:
     t* = ln(1e15 spread) / (Re lambda_1 - Re lambda_2) when two eigenvalues have Re > 0, else inf.
 
     A slow unstable coordinate enters the logit gaps only at relative size e^{(lambda_2 - lambda_1) t};

@@ -7,14 +7,14 @@ returns an :class:`Analysis` (no I/O, no plotting). Steps:
 
 1. the regime (``spectra.regime``) and the variable its prediction concerns (z or x);
 2. the tokens mapped into that variable (z = e^{-tV} x for ODE runs, z^k = R^{-k} x^k for
-   ``residual_layers``, SPEC §1.3-1.4) and into the space where convergence is predicted: z itself
+   ``residual_layers``) and into the space where convergence is predicted: z itself
    (polytope), pi_F z (polytope x subspace), phi_1*(z) (hyperplanes, Thm 2.1), the unstable
    projection (codimension conjecture), x (collapse);
 3. the observed limit points at the final time: single-linkage clusters with their stability range;
 4. each token's distance to the predicted object at the final time;
 5. P at the final time: Boolean distance, numerical rank, leaders, exceptional rows, per head;
 6. fitted convergence rates (exponential, or the algebraic exponent for V = -I);
-7. the monotone quantities of SPEC §1.8 and whether they stayed monotone.
+7. the monotone quantities of the paper and whether they stayed monotone.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from attndyn.core.dynamics import Model, attention_matrix
 from attndyn.core.simulation import Trajectory
 from attndyn.core.weights import to_numpy
 
-# Tolerances of the analysis, explicit and documented (SPEC §4.0).
+# Tolerances of the analysis, explicit and documented.
 RANK_TOL = 1e-8  # singular values of P above this count
 LEADER_TOL = 1e-4  # a row within this of a Boolean vector points to a leader
 EXCEPTIONAL_TOL = 1e-8  # a row farther than this from a Boolean vector is exceptional
@@ -137,7 +137,7 @@ def _monotone(values: np.ndarray, scale: float, *, increasing: bool = False) -> 
 
 
 def horizon_warnings(traj: Trajectory, model: Model, zs: np.ndarray | None) -> list[str]:
-    """A warning when a rescaled run goes past the precision horizon its spectrum implies (SPEC §4.6).
+    """A warning when a rescaled run goes past the precision horizon its spectrum implies.
 
     Uses :func:`attndyn.analysis.numerics.horizon_estimate`; :func:`attndyn.analysis.numerics.precision_horizon`
     measures it (two more integrations) when the exact time matters.
@@ -242,7 +242,7 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
         if fit is not None:
             rates[f"max_i |{space}_i(t) - {space}_i(T)|"] = fit
 
-    # Monotone quantities (SPEC §1.8).
+    # Monotone quantities (arXiv 2305.05465, the non-increase propositions).
     monotone = {}
     if zs is not None:
         lam = spectra.scalar_identity(V)

@@ -1,9 +1,9 @@
-"""Which result of the paper applies to (Q, K, V), why, and what it predicts (SPEC §2.6a).
+"""Which result of the paper applies to (Q, K, V), why, and what it predicts.
 
 Contract
 --------
 ``regime(weights)`` returns a :class:`Regime` whose ``name`` is one of ``REGIMES``, chosen by
-the precedence of SPEC §2.6a (most specific proven result first):
+this precedence (the most specific proven result first):
 
 1. ``boolean-1d``: d = 1, V > 0, QK > 0 (Thm 2.1);
 2. ``polytope``: V = lambda I (lambda > 0), Q^T K symmetric positive definite (Thm 3.1);
@@ -17,7 +17,7 @@ the precedence of SPEC §2.6a (most specific proven result first):
 
 ``Regime.also`` lists the conjecture's prediction where it applies beside a proven result
 (e.g. Vc, a good triple with k = 2). The conjecture is not applied when a positive-real-part
-eigenvalue is repeated: V = I is a counterexample to its literal statement (SPEC §2.5).
+eigenvalue is repeated: V = I is a counterexample to its literal statement (Conjecture 4.3 of arXiv 2305.05465).
 ``head_spectra(weights)`` gives per-head spectra, good-triple flags and an effective beta.
 Multi-head and feed-forward weights fall under no theorem of the paper: ``none`` with the reason.
 """
@@ -82,7 +82,7 @@ def _conjecture(V: np.ndarray) -> str | None:
     k, simple = _unstable_eigs(V)
     w = eigenvalues(V)
     lead = w[np.argmax(np.abs(w))]
-    # With a complex leading eigenvalue the paper expects no clustering at all (SPEC §2.4, and its
+    # With a complex leading eigenvalue the paper expects no clustering at all (arXiv 2305.05465 §4, and its
     # `none` example in §2.6a), so the conjecture is applied only when the leading eigenvalue is real.
     if abs(lead.imag) > EIG_RTOL * max(abs(lead), 1e-300):
         return None

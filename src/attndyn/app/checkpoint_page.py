@@ -7,7 +7,7 @@ Contract
 ``out/checkpoint.json``, ``out/figures/*.png`` and ``out/index.html`` (the page last, after the
 JSON and figures, so an interrupted run leaves no page), and returns the JSON record.
 
-* Spectra (SPEC §3 F-albert, §6.5): per layer and head, the eigenvalues of V_h (composed with the
+* Spectra (the authors' ALBERT notebook, with its errors corrected): per layer and head, the eigenvalues of V_h (composed with the
   output projection), of the symmetric part of beta Q_h^T K_h, the good-triple flags with the
   unsymmetrized <Q phi_1, K phi_1>, ``regime()`` and the effective beta.
 * Dynamics: the chosen layer's weights (one head, or all heads summed) frozen in time (ALBERT-style

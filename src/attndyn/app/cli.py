@@ -232,7 +232,7 @@ def meanfield(
     config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ) -> None:
-    """Solve the mean-field equation on the circle (SPEC §8.8).
+    """Solve the mean-field equation on the circle (our pseudo-spectral solver; docs: the mean field).
 
     Writes a run folder with the density, its figures and a movie.
     """

@@ -1,4 +1,4 @@
-"""Thm 2.1 (t:boolean): in d = 1, P(t) tends to a low-rank Boolean matrix led by the extreme tokens (SPEC §4.2)."""
+"""Thm 2.1 (t:boolean): in d = 1, P(t) tends to a low-rank Boolean matrix led by the extreme tokens (arXiv 2305.05465 §2)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Config(ExperimentConfig):
 QUICK = {"ns": [5, 10], "seeds": 20}
 BOOLEAN_TOL = 1e-8
 RANK_TOL = 1e-8
-S_FINAL = 14.0  # run to v T = 14 so that the rate window [8/v, 14/v] of SPEC §4.2 (f) is covered
+S_FINAL = 14.0  # run to v T = 14 so that the rate window [8/v, 14/v] of the rate check is covered
 
 
 def model_for(v: float, q: float) -> ad.Model:
@@ -81,7 +81,7 @@ def cases(arrays: dict) -> list[int]:
 
 
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
-    """SPEC §4.2 (a)-(f) on the saved states: every seed, every row."""
+    """The checks (a)-(f) of Theorem 2.1 on the saved states: every seed, every row."""
     ok = {k: [] for k in ("a", "b", "c", "d", "distnondec", "converge", "e")}
     slopes, ranks, early = [], [], []
     for k in cases(arrays):

@@ -1,4 +1,4 @@
-"""Causal attention on the sphere (Karagodin, Polyanskiy, Rigollet, arXiv 2411.04990; SPEC §5.2)."""
+"""Causal attention on the sphere (Karagodin, Polyanskiy, Rigollet, arXiv 2411.04990)."""
 
 from __future__ import annotations
 

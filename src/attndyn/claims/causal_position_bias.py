@@ -1,5 +1,5 @@
 """Causal position bias: the Cesaro matrix at beta = 0, and the U-shaped influence on the last token
-(SPEC §9.2; arXiv 2502.01951, 2603.10123)."""
+(arXiv 2502.01951, 2603.10123)."""
 
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ class Config(ExperimentConfig):
 
 
 QUICK = {"bias_seeds": 4, "trained_prompts": 2}
-# SPEC §9.2's reference rollout at n = 2000, H = 6, a = 1/2 (4 significant digits, scratch code)
+# the reference rollout (arXiv 2502.01951 setting) at n = 2000, H = 6, a = 1/2 (4 significant digits, scratch code)
 REFERENCE_J = np.array([1, 2, 10, 100, 1000, 1999])
 REFERENCE_W = np.array([3.120e-2, 1.948e-2, 7.871e-3, 1.808e-3, 1.729e-4, 4.699e-5])
 REFERENCE_LAST = 0.015672
-# the rollout every part of the claim uses: SPEC's reference size, depth H and residual weight a
+# the rollout every part of the claim uses: the reference size, depth H and residual weight a
 ROLLOUT_N, ROLLOUT_H, ROLLOUT_A = 2000, 6, 0.5
 ROUNDING = 16.0  # rounding budget per multiply-add chain, in units of eps * steps * n * max|x|
 DETECTS_BETA = "beta = 1e-6 instead of 0 (attention no longer exactly Cesaro)"
@@ -176,7 +176,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         detects=DETECTS_BETA,
     )
     roll, ref = arrays["rollout"], arrays["rollout_exact"]
-    # SPEC's values are quoted to 4 significant digits: the budget is half a unit of the 4th
+    # the reference values are quoted to 4 significant digits: the budget is half a unit of the 4th
     half_unit = np.array([0.5 * 10.0 ** (math.floor(math.log10(w)) - 3) for w in REFERENCE_W] + [5e-7])
     got = np.append(roll[REFERENCE_J - 1], roll[-1]) if roll.size == 2000 else np.zeros(0)
     dev = np.abs(got - np.append(REFERENCE_W, REFERENCE_LAST)) / half_unit if got.size else got

@@ -1,4 +1,4 @@
-"""Particles on the circle S^1 through the engine, shared by the mean-field claims (SPEC §8.2, §8.3, §8.8).
+"""Particles on the circle S^1 through the engine, shared by the mean-field claims.
 
 A token at angle theta is the unit vector (cos theta, sin theta) in R^2; the engine runs SA
 (``normalization="softmax"``) or USA (``"unnormalized"``) with Q = K = V = I and

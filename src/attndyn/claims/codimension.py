@@ -1,4 +1,4 @@
-"""Conj. 4.3 (c:codim): the unstable projection of z converges to at most 3 points (SPEC §2.5, §4.6). Exploratory."""
+"""Conj. 4.3 (c:codim): the unstable projection of z converges to at most 3 points (arXiv 2305.05465 §4). Exploratory."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ CLAIM = ClaimInfo(
 class Config(ExperimentConfig):
     n: int = 30
     seeds: int = 5
-    T: float = 60.0  # >= 30 / 0.6 for the testable V (SPEC §4.6)
+    T: float = 60.0  # >= 30 / 0.6 for the testable V (within the precision horizon)
     T_paper: float = 40.0  # Vc and V3b: their horizons (~16, ~33) are below this anyway
     dt: float = 0.02
     identity_seeds: int = 20

@@ -1,4 +1,4 @@
-"""V = -I, Q^T K = I: every token goes to 0, algebraically (t:cas-Idintro; SPEC §2.3, §4.4)."""
+"""V = -I, Q^T K = I: every token goes to 0, algebraically (t:cas-Idintro)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def run(config: Config) -> Result:
 
 
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
-    """SPEC §4.4 on the saved states: every ratio, every run, and the conclusion itself."""
+    """The checks of the case V = -I on the saved states: every ratio, every run, and the conclusion itself."""
     dense = arrays["ts"]
     T = float(dense[-1])
     ts, _ = save_times(config.T)

@@ -3,7 +3,7 @@
 Contract
 --------
 Each claim module exports ``CLAIM`` (:class:`ClaimInfo`), ``Config`` (pydantic,
-``extra="forbid"``, ``seed`` required, defaults = SPEC's full-size inputs), ``QUICK`` (the
+``extra="forbid"``, ``seed`` required, defaults = the full-size inputs), ``QUICK`` (the
 overrides of the quick size), ``run(config) -> Result`` (computes, no I/O) and
 ``figures(result) -> dict[name, Figure]`` (plus optionally ``movies(result) -> dict[name, frames
 spec]``). ``Result.checks`` maps a check name to :class:`Check` ``(value, threshold, passed)``;

@@ -1,4 +1,4 @@
-"""Open problem 2 (§12, eq: mlp.transfo): the feed-forward variant z' = W sigma(V sum_j P_ij (z_j - z_i)) (SPEC §4.8)."""
+"""Open problem 2 (§12, eq: mlp.transfo): the feed-forward variant z' = W sigma(V sum_j P_ij (z_j - z_i))."""
 
 from __future__ import annotations
 

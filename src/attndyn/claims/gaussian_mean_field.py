@@ -1,4 +1,4 @@
-"""Gaussians stay Gaussian under the mean-field softmax flow in R^d (SPEC §9.1, after Castin, Ablin,
+"""Gaussians stay Gaussian under the mean-field softmax flow in R^d (after Castin, Ablin,
 Carrillo, Peyre, arXiv 2501.18322)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hardmax limit (Alcalde, Geshkovski, Ruiz-Balet, arXiv 2508.09628; SPEC §5.3): vertices fixed, straight paths."""
+"""Hardmax limit (Alcalde, Geshkovski, Ruiz-Balet, arXiv 2508.09628): vertices fixed, straight paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""F-highdim (SPEC §3, §6.4): d = n = 128 with the authors' spectral construction of V, computed correctly. Exploratory."""
+"""F-highdim (the authors' high-dimensional notebook): d = n = 128 with the authors' spectral construction of V, computed correctly. Exploratory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Thm 4.2 (l:3hyperplanes11): a good triple -> phi_1*(z_i) converges to {a, 0, b} (SPEC §2.4, §4.5)."""
+"""Thm 4.2 (l:3hyperplanes11): a good triple -> phi_1*(z_i) converges to {a, 0, b} (arXiv 2305.05465 §4)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def run(config: Config) -> Result:
         _, lam1, _ = geometry.left_eigenvector(V)
         T = getattr(config, tkey) if not name.startswith("perron") else round(max(config.T_V2, 20.0 / lam1))
         model = ad.Model(ad.Weights(np.eye(d), B, V), rescaled=True)
-        # Fixed-step RK4 (SPEC §4.0 reference): with V3a the argmax inside a cluster chatters as the complex pair
+        # Fixed-step RK4 (the reference integrator): with V3a the argmax inside a cluster chatters as the complex pair
         # rotates (logit gaps ~e^{lambda_1 t} against cross terms ~e^{0.94 t}), and adaptive steps collapse to ~1e-9 near t = 33.
         ts, zs = simulate_batch(model, rng.uniform(-5, 5, (config.seeds, config.n, d)), T, dt=config.dt, saves=int(T * 4) + 1, engine=config)
         arrays |= {f"name{k}": np.array(name), f"V{k}": V, f"B{k}": B, f"ts{k}": ts, f"z{k}": zs}
@@ -99,7 +99,7 @@ def cases(arrays: dict) -> list[int]:
 
 
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
-    """SPEC §4.5 on the saved states: every seed of every case."""
+    """The checks of Theorem 4.2 on the saved states: every seed of every case."""
     ok = {k: [] for k in ("a", "b", "c", "d", "bounded", "regime")}
     rows = []
     for k in cases(arrays):

@@ -1,4 +1,4 @@
-"""Negative control for Thm 4.2: a complex leading eigenvalue pair; the paper expects no clustering (SPEC §4.5)."""
+"""Negative control for Thm 4.2: a complex leading eigenvalue pair; the paper expects no clustering (arXiv 2305.05465 §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""beta = 0 on the circle: the Kuramoto model and its Ott-Antonsen closed form (SPEC §8.3)."""
+"""beta = 0 on the circle: the Kuramoto model and its Ott-Antonsen closed form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""F-leaders (SPEC §4.2, leaders experiment): in d = 2 with V = B B^T and Q^T K = C C^T, few columns of P survive."""
+"""F-leaders (the authors' leaders experiment): in d = 2 with V = B B^T and Q^T K = C C^T, few columns of P survive."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Critical attention scaling for long contexts (Chen, Lin, Polyanskiy, Rigollet, arXiv 2510.05554; SPEC §8.6)."""
+"""Critical attention scaling for long contexts (Chen, Lin, Polyanskiy, Rigollet, arXiv 2510.05554)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Particles converge to the mean-field density as n grows (SPEC §1.6, §8.8)."""
+"""Particles converge to the mean-field density as n grows (arXiv 2305.05465 §6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Metastability: the energy staircase and the pairing phase (Geshkovski, Koubbi, Polyanskiy,
-Rigollet, arXiv 2410.06833; SPEC §8.4)."""
+Rigollet, arXiv 2410.06833)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Instability of the uniform state on the circle and the number of emerging clusters
-(Bruno, Pasqualotto, Agazzi, arXiv 2410.23228; SPEC §8.2)."""
+(Bruno, Pasqualotto, Agazzi, arXiv 2410.23228)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model-level checks M1-M6 (SPEC §4.1): x <-> z, discrete rescaling, invariants, Euler order, mean field, W2 stability."""
+"""Model-level checks M1-M6: x <-> z, discrete rescaling, invariants, Euler order, mean field, W2 stability."""
 
 from __future__ import annotations
 

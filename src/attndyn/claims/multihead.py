@@ -1,4 +1,4 @@
-"""Open problem 3 (§12): multi-head residual dynamics (SPEC §1.7, §4.8). Exploratory."""
+"""Open problem 3 (§12): multi-head residual dynamics (arXiv 2305.05465 §12). Exploratory."""
 
 from __future__ import annotations
 

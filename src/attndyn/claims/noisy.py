@@ -1,4 +1,4 @@
-"""The noisy Transformer on the circle: the Kuramoto transition at kappa = 2 (SPEC §8.7)."""
+"""The noisy Transformer on the circle: the Kuramoto transition at kappa = 2 (McKean-Vlasov dynamics; the noisy Kuramoto model at beta = 0)."""
 
 from __future__ import annotations
 

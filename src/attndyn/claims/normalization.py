@@ -1,5 +1,5 @@
 """Layer-normalization schemes on the radius/direction split (Karagodin, Ge, Polyanskiy, Rigollet,
-arXiv 2510.22026; SPEC §8.5)."""
+arXiv 2510.22026)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def run(config: Config) -> Result:
 
 
 def expected_rates(config: Config, radii: np.ndarray) -> np.ndarray:
-    """(s_j^{-1} + s_k^{-1}) / (e^beta + n - 1) for every case of :data:`CASES` (the closed form of SPEC §8.5)."""
+    """(s_j^{-1} + s_k^{-1}) / (e^beta + n - 1) for every case of :data:`CASES` (the closed form of arXiv 2510.22026)."""
     n, beta = config.n, config.beta
     Z = math.exp(beta) + n - 1
     norm_A = math.sqrt(math.exp(2 * beta) + n - 1) / Z  # |A_j| from an orthogonal start
@@ -130,7 +130,7 @@ def expected_rates(config: Config, radii: np.ndarray) -> np.ndarray:
             "post": np.ones(n),
             "pre": radii,
             "peri": radii * norm_A,
-            "ngpt": np.full(n, norm_A / config.alpha),  # s = |A| / alpha (SPEC §8.5, corrected)
+            "ngpt": np.full(n, norm_A / config.alpha),  # s = |A| / alpha (arXiv 2510.22026)
             "sqrt": np.full(n, math.sqrt(t + 1)),
         }[scheme]
         inv = 1 / s

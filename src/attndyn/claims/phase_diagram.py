@@ -1,4 +1,4 @@
-"""The phase diagram of the sphere dynamics (Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv 2312.10794; SPEC §8.1)."""
+"""The phase diagram of the sphere dynamics (Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv 2312.10794)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Thm 3.1 (t:Idcase11int): V = I and Q^T K SPD -> every z_i converges to a vertex of a polytope (SPEC §4.3)."""
+"""Thm 3.1 (t:Idcase11int): V = I and Q^T K SPD -> every z_i converges to a vertex of a polytope (arXiv 2305.05465 §3)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class Config(ExperimentConfig):
 
 
 QUICK = {"ns": [20], "scales": [5.0]}
-# SPEC §4.3: T = 12 for U[-1,1], T = 10 for U[-5,5]; tolerances (a)-(f).
+# T = 12 for U[-1,1], T = 10 for U[-5,5]; tolerances (a)-(f).
 T_FOR_SCALE = {1.0: 12.0, 5.0: 10.0}
 VERTEX_TOL = 1e-3
 BOOLEAN_TOL = 1e-8
@@ -48,7 +48,7 @@ def qk_matrix(form: str, d: int, rng: np.random.Generator) -> np.ndarray:
         return np.eye(d)
     G = rng.normal(size=(d, d))
     A = np.eye(d) + 0.3 * G @ G.T / d
-    return A @ A  # SPEC §4.3: A^2 with A = I + 0.3 G G^T / d
+    return A @ A  # A^2 with A = I + 0.3 G G^T / d
 
 
 def run(config: Config) -> Result:
@@ -82,7 +82,7 @@ def cases(arrays: dict) -> list[int]:
 
 
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
-    """The checks of SPEC §4.3 as a pure function of the saved states (every run, every token)."""
+    """The checks of Theorem 3.1 as a pure function of the saved states (every run, every token)."""
     ok = {"hull": [], "bounded": [], "converged": [], "S": [], "boundary": [], "boolean": [], "leader": []}
     at_vertex, rates, rows = [], [], []
     for k in cases(arrays):

@@ -1,4 +1,4 @@
-"""Open problem 1 (§12, sec: first.new): V = I with a generic, indefinite Q^T K still clusters (SPEC §4.3, relaxed)."""
+"""Open problem 1 (§12, sec: first.new): V = I with a generic, indefinite Q^T K still clusters."""
 
 from __future__ import annotations
 

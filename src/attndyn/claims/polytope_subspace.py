@@ -1,4 +1,4 @@
-"""Thm 5.2 (t:multiplicity): paranormal V -> pi_F z_i approaches the boundary of a polytope in F (SPEC §2.6, §4.7)."""
+"""Thm 5.2 (t:multiplicity): paranormal V -> pi_F z_i approaches the boundary of a polytope in F (arXiv 2305.05465 §5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Rank collapse of pure attention, by mask; LayerNorm's equilibria that do not collapse; the
-quarter-circle bulk of random softmax attention (SPEC §9.3; Wu, Ajorlou, Wang, Jegelka, Jadbabaie,
+quarter-circle bulk of random softmax attention (Wu, Ajorlou, Wang, Jegelka, Jadbabaie,
 arXiv 2405.18781; Nait Saada, Naderi, Tanner, arXiv 2410.07799)."""
 
 from __future__ import annotations

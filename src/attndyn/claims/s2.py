@@ -1,5 +1,5 @@
 """Particles on the sphere S^2 (d = 3) through the engine, shared by the S^2 halves of the mean-field
-claims (SPEC §8.2, §8.8): Q = K = V = I, ``geometry="sphere"``, SA or USA, batched over systems of equal
+claims (Bruno, Pasqualotto, Agazzi, arXiv 2410.23228): Q = K = V = I, ``geometry="sphere"``, SA or USA, batched over systems of equal
 size; their zonal moments (1/n) sum_j P_l(<x_j, e_3>) are compared with the zonal solver of
 :mod:`attndyn.theory.meanfield_sphere`.
 """

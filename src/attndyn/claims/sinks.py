@@ -1,5 +1,5 @@
 """Attention sinks as a leader with no value: how a key bias on the first token slows clustering
-under softmax and not under the unnormalised model (SPEC §9.4; Gu et al., arXiv 2410.10781)."""
+under softmax and not under the unnormalised model (Gu et al., arXiv 2410.10781)."""
 
 from __future__ import annotations
 

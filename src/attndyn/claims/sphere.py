@@ -1,4 +1,4 @@
-"""Sphere dynamics (GLPR, arXiv 2312.10794; SPEC §5.1): single cluster for d = 3, USA energy, hemisphere rate, orthogonal start."""
+"""Sphere dynamics (GLPR, arXiv 2312.10794): single cluster for d = 3, USA energy, hemisphere rate, orthogonal start."""
 
 from __future__ import annotations
 

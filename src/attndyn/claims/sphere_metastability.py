@@ -1,4 +1,4 @@
-"""Metastability on the circle (SPEC §5.1 (v)): for large beta, clusters form fast and merge only after long plateaus."""
+"""Metastability on the circle (GLPR, arXiv 2312.10794): for large beta, clusters form fast and merge only after long plateaus."""
 
 from __future__ import annotations
 

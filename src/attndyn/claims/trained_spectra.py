@@ -1,4 +1,4 @@
-"""Trained checkpoint (SPEC §3 F-albert, §6.5): which heads of all-MiniLM-L6-v2 are good triples."""
+"""Trained checkpoint (the authors' ALBERT notebook, corrected): which heads of all-MiniLM-L6-v2 are good triples."""
 
 from __future__ import annotations
 

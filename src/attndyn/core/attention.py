@@ -3,21 +3,21 @@
 Contract
 --------
 ``dense_attention`` and ``fused_attention`` return ``sum_j A_ij values_j`` for every head, where
-``A = weights(scale * <Q x_i, K x_j>)`` (SPEC §1.2, eq. eq:P) and the weighting is
+``A = weights(scale * <Q x_i, K x_j>)`` (arXiv 2305.05465, eq. eq:P) and the weighting is
 
 * softmax: row-softmax, computed with row-max subtraction (never ``exp(L)/sum exp(L)``);
-* hardmax (the limit beta = inf, resolved by ``resolve_beta``, SPEC §5.3): uniform over the argmax set of each
+* hardmax (the limit beta = inf, resolved by ``resolve_beta``; arXiv 2508.09628): uniform over the argmax set of each
   row; scores within a few ulps of the row maximum count as ties and share the weight;
-* unnormalized (USA, SPEC §5.1): ``exp(L_ij) / n``;
+* unnormalized (USA; GLPR, arXiv 2312.10794): ``exp(L_ij) / n``;
 * linear: ``L_ij / n`` (masked entries 0, and the row divided by its number of keys under a mask):
-  linear attention, whose covariance obeys an exact finite-n identity (SPEC §9.1).
+  linear attention, whose covariance obeys an exact finite-n identity (Castin, Ablin, Carrillo, Peyre, arXiv 2501.18322).
 
 Two sibling implementations: ``dense_attention`` builds the n x n scores explicitly (the readable
 reference, any weighting); ``fused_attention`` (softmax only) calls ``torch.nn.functional.scaled_dot_product_attention`` with 4-D
 inputs so that torch picks its flash kernel (O(n) extra memory). Shapes: ``x`` is
 ``(B, n, d)``, ``values`` is ``(B, H, n, dv)``, ``Q``/``K`` are ``(H, m, d)``; the result is
 ``(B, H, n, dv)``. Masks: ``causal`` (j <= i) and, with it, a sliding ``window`` of width w
-(i - w < j <= i), the local attention of SPEC §9.3.
+(i - w < j <= i), the local attention of arXiv 2405.18781.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def causal_mask(n: int, device: torch.device | str, window: int | None = None) -
 def resolve_beta(beta: float) -> tuple[float, bool]:
     """The one rule for the inverse temperature: ``(score scale, hard)``.
 
-    ``beta = inf`` is the hardmax limit (SPEC §5.3): scores are used unscaled and only their
+    ``beta = inf`` is the hardmax limit (arXiv 2508.09628): scores are used unscaled and only their
     argmax set matters; any finite ``beta >= 0`` scales the scores.
     """
     if math.isinf(beta):
@@ -95,7 +95,7 @@ def all_finite(t: torch.Tensor) -> bool:
 
 
 def with_sink_bias(L: torch.Tensor, sink_bias: float) -> torch.Tensor:
-    """``L`` with ``sink_bias`` added to every query's logit for the first token (a key bias, SPEC §9.4)."""
+    """``L`` with ``sink_bias`` added to every query's logit for the first token (a key bias; arXiv 2410.10781)."""
     if not sink_bias:
         return L
     bias = torch.zeros(L.shape[-1], dtype=L.dtype, device=L.device)

@@ -3,7 +3,7 @@ evaluates them.
 
 Contract
 --------
-Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
+Each ``Model`` option is one orthogonal mathematical change of the model (arXiv 2305.05465 and its successors):
 
 * default: ``x_i' = sum_h sum_j P^h_ij V_h x_j`` with ``P^h = softmax_j(beta <Q_h x_i, K_h x_j>)``
   (eq. eq:trans_dyn; multi-head as in §1.7);
@@ -18,14 +18,14 @@ Each ``Model`` option is one orthogonal mathematical change of SPEC §1 / §5:
 * ``normalization="unnormalized"``: USA, ``(1/n) sum_j e^{beta<.,.>} V x_j`` (§5.1);
 * ``normalization="linear"``: linear attention, ``(1/n) sum_j beta<Q x_i, K x_j> V x_j`` (§9.1);
 * ``geometry="sphere"``: tangent projection ``y -> y - <x_i, y> x_i`` (§5.1, eq. SA);
-* ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of SPEC §8.5 on the split
+* ``scheme`` (with ``geometry="sphere"``): the layer-normalization schemes of arXiv 2510.22026 on the split
   x_j = r_j theta_j, with A_j = sum_k w_jk V theta_k evaluated at the directions and
   theta_j' = s_j^{-1} P_{theta_j} A_j: ``post`` (s = 1, r' = 0: the default, tokens on the unit
   sphere), ``pre`` (s = r, r' = <theta, A>: x' = A), ``mix`` (post until ``scheme_tau``, then pre),
   ``peri`` (s = r |A|, r' = <theta, A> / |A|: x' = A / |A|), ``ngpt`` (s = |A| / ``scheme_alpha``,
   r' = 0: nGPT normalises the attention output before its step, theta' = alpha P_theta A / |A|,
-  Loshchilov et al., arXiv 2410.01131; SPEC §8.5 as corrected on 2026-12-01) and ``sqrt``
-  (s = sqrt(t + 1), r' = 0). The Peri-LN row follows SPEC's table, which marks it as read from a
+  Loshchilov et al., arXiv 2410.01131) and ``sqrt``
+  (s = sqrt(t + 1), r' = 0). The Peri-LN row follows our reading of arXiv 2510.22026's table, which marks it as read from a
   truncated source. From unit tokens the schemes whose speed is the same for every token
   (sqrt, Mix-LN before its switch) move like Post-LN at speed c(t): ``unit_sphere_field`` is that
   form, which ``simulate`` integrates.
@@ -72,7 +72,7 @@ def _choice(value, allowed, name):
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    """Self-attention dynamics with its options (see the module docstring and SPEC §1, §5).
+    """Self-attention dynamics with its options (see the module docstring).
 
     Derive variants with ``dataclasses.replace(model, ...)``, which keeps every other option.
     """
@@ -312,7 +312,7 @@ def _check_state(x: torch.Tensor, model: Model) -> None:
 def score_inputs(t: float, x: torch.Tensor, args: Prepared) -> tuple[torch.Tensor, float]:
     """Positions at which attention is evaluated, and the score scale.
 
-    For the rescaled form, attention is evaluated at ``e^{tV} z`` (SPEC §1.3). With V = lambda I the
+    For the rescaled form, attention is evaluated at ``e^{tV} z`` (the rescaled variables z = e^{-tV} x of arXiv 2305.05465). With V = lambda I the
     factor ``e^{2 lambda t}`` is folded into the scale (a Python float, so its overflow is a clear
     error at no device cost).
     """
@@ -423,9 +423,9 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
 def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The vector field at time ``t`` and state ``x`` ``(*batch, n, d)``, with prepared ``args``.
 
-    See the module docstring for the equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    See the module docstring for the equation of each option.
     """
-    if args.sphere and args.scheme != "post":  # attention at the directions theta = x / r (SPEC §8.5)
+    if args.sphere and args.scheme != "post":  # attention at the directions theta = x / r (Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026)
         r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         theta = x / r
         xq, scale = score_inputs(t, theta, args)
@@ -489,7 +489,7 @@ def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor
 
 
 def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Tensor, args: Prepared) -> torch.Tensor:
-    """x' = r' theta + r theta' with theta' = s^{-1} P_theta A and the r' of each scheme (SPEC §8.5 table).
+    """x' = r' theta + r theta' with theta' = s^{-1} P_theta A and the r' of each scheme (arXiv 2510.22026).
 
     Written with the fewest torch calls (small systems are per-call bound): P_theta A is a product,
     a sum and one ``addcmul``, and the speed factor r / s one or two in-place multiplications.
@@ -515,7 +515,7 @@ def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray
     ``x`` may be a NumPy array (the result is then a NumPy array) or a tensor (a tensor of the
     same dtype and device). The convenience for one-off evaluations: it prepares the model on
     every call, and checks ``e^{tV}`` and the logits eagerly. See the module docstring for the
-    equation of each option (SPEC §1.2, §1.3, §1.7, §5).
+    equation of each option.
     """
     is_numpy = not isinstance(x, torch.Tensor)
     xt = as_float_tensor(x, "x") if is_numpy else x
@@ -538,7 +538,7 @@ def _raw_scores(model: Model, x, t: float) -> tuple[torch.Tensor, tuple]:
 def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
     """The attention matrix ``P`` of shape ``(*batch, heads, n, n)`` at state ``x`` and time ``t``.
 
-    For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (SPEC §1.3). Always dense.
+    For a rescaled model ``x`` is z and P is evaluated at ``e^{tV} z`` (the rescaled variables z = e^{-tV} x of arXiv 2305.05465). Always dense.
     """
     L, shape = _raw_scores(model, x, t)
     A = weights_from_scores(L, weighting=model.weighting, causal=model.mask != "full", check=True, window=model.window, sink_bias=model.sink_bias)
@@ -549,7 +549,7 @@ def attention_matrix(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0)
 def attention_logits(model: Model, x: np.ndarray | torch.Tensor, t: float = 0.0) -> torch.Tensor:
     """The scaled scores ``beta <Q x_i, K x_j>`` of shape ``(*batch, heads, n, n)`` (``-inf`` where masked).
 
-    For log-domain rates (1 - P underflows long before the logits lose precision, SPEC §4.2(f)).
+    For log-domain rates (1 - P underflows long before the logits lose precision).
     With ``beta = inf`` the unscaled scores are returned.
     """
     L, shape = _raw_scores(model, x, t)

@@ -1,4 +1,4 @@
-"""Exponentially long horizons on the sphere: metastable plateaus (SPEC §8.4).
+"""Exponentially long horizons on the sphere: metastable plateaus (Geshkovski, Koubbi, Polyanskiy, Rigollet, arXiv 2410.06833).
 
 At large beta the sphere model (Post-LN, ``geometry="sphere"``) forms clusters in O(1) time and
 then merges them only after times of order e^{beta (1 - cos theta)}, far beyond what the general
@@ -23,7 +23,7 @@ are read.
 Limits (checked): one head, ``V = I``, softmax, no mask, no feed-forward, ``scheme="post"``,
 finite beta. Logits differ by at most 2 beta |Q^T K| between points, so weights down to
 e^{-745} are represented; below that an interaction underflows to zero (the precision horizon of
-float64, SPEC §6.7), which :func:`simulate_long` reports as ``stats["logit_gap"]``.
+float64), which :func:`simulate_long` reports as ``stats["logit_gap"]``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The noisy model of SPEC §8.7: an SDE on the sphere, seeded and batched (core: torch).
+"""The noisy model: an SDE on the sphere, seeded and batched (core: torch).
 
 Contract
 --------
@@ -6,7 +6,7 @@ Contract
 
     dX_i = f(X)_i dt + sqrt(2 / kappa) P_{X_i} dW_i  on S^{d-1},
 
-with f the engine's vector field of ``model`` (``geometry="sphere"``; SPEC §8.7 uses USA,
+with f the engine's vector field of ``model`` (``geometry="sphere"``; the noisy model is usually stated with USA,
 ``normalization="unnormalized"``), by projected Euler-Maruyama: Y = X + f(X) dt + sigma P_X dW,
 then X <- Y / |Y| (a retraction onto the sphere). Its strong order is 1/2 (tested against a finer
 run on the same Brownian path). The Brownian increments come from ``torch.Generator`` seeded by

@@ -1,5 +1,5 @@
 """Integrate a ``Model`` in time: ``simulate`` (the ODE) and ``residual_layers`` (the discrete
-Transformer of SPEC §1.4).
+Transformer of arXiv 2305.05465).
 
 Contract
 --------
@@ -137,7 +137,7 @@ def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x0 has shape {tuple(x.shape)}; n and d must both be positive.")
     _check_state(x, model)
     # Post-LN, sqrt-scaling and Mix-LN (Post-LN first) move unit tokens; Pre-LN, Peri-LN and nGPT
-    # split any x into a radius and a direction (SPEC §8.5), so their tokens may have any norm
+    # split any x into a radius and a direction (Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026), so their tokens may have any norm
     if model.geometry == "sphere" and model.scheme in ("post", "sqrt", "mix"):
         err = float((x.norm(dim=-1) - 1).abs().max())
         if err > max(SPHERE_NORM_TOL, 64 * torch.finfo(x.dtype).eps):  # unit tokens to the dtype's rounding
@@ -298,7 +298,7 @@ def _simulate_in_span(model: Model, x: torch.Tensor, ts, **options) -> Trajector
 
 
 def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float, threads: int | None = None) -> Trajectory:
-    """The discrete-time Transformer (SPEC §1.4, eq. e:discreteequation).
+    """The discrete-time Transformer (arXiv 2305.05465, eq. e:discreteequation).
 
     ``x^{k+1} = x^k + dt * v(x^k)`` with ``v`` the model's (non-rescaled) vector field. For a
     rescaled model the state is ``z^k = R^{-k} x^k`` with ``R = I + dt V`` and the exact recursion
@@ -315,7 +315,7 @@ def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *,
         saved = [x]
         if model.rescaled:
             if model.weights.ff is not None:
-                raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (SPEC §1.4 rescales attention only).")
+                raise ValueError("residual_layers with rescaled=True and a feed-forward map is not defined (only attention is rescaled).")
             V = model.weights.V[0].to(dtype=x.dtype, device=x.device)
             d = V.shape[0]
             eye = torch.eye(d, dtype=x.dtype, device=x.device)

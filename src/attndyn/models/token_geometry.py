@@ -5,7 +5,7 @@ Contract
 Pure functions of NumPy arrays (a token matrix ``(n, d)`` or an attention matrix ``(n, n)``), no
 I/O: ``mean_cosine`` (mean pairwise cosine similarity), ``effective_rank`` (the exponential of the
 entropy of the normalised singular values), ``leaders`` (the tokens whose columns receive the most
-attention: the paper's leaders, SPEC §2.1).
+attention: the paper's leaders, Theorem 2.1 of arXiv 2305.05465).
 """
 
 from __future__ import annotations

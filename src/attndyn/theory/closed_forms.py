@@ -1,36 +1,36 @@
-"""Closed forms and reduced ODEs that the claims compare particle runs with (SPEC §5.1, §8). No torch.
+"""Closed forms and reduced ODEs that the claims compare particle runs with (the paper's successors, cited per function). No torch.
 
 Contract
 --------
 * ``equiangular_rhs(rho, beta, n, usa=False)`` and ``equiangular(beta, n, ts, usa=False)``: the
   pairwise cosine rho(t) of n pairwise orthogonal tokens on the sphere with Q = K = V = I
-  (eq: ybeta of GLPR, arXiv 2312.10794; SPEC §8.1): rho' = 2 (1 - rho)((n - 1) rho + 1) e^{beta rho} / Z,
+  (eq: ybeta of GLPR, arXiv 2312.10794): rho' = 2 (1 - rho)((n - 1) rho + 1) e^{beta rho} / Z,
   Z = e^beta + (n - 1) e^{beta rho} for SA and Z = n for USA, rho(0) = 0.
 * ``equiangular_beta0(n, ts)``: the closed form at beta = 0 (SA and USA agree there),
   rho(t) = 1 - n / (n - 1 + e^{2t}) (derivation in the function's docstring).
 * ``k_point_rhs(y, masses, beta, usa=False)`` and ``k_point(y0, masses, beta, ts, usa=False)``: k
-  clusters as point masses on the sphere (SPEC §5.1 (ii), §8.4): centre a moves by
+  clusters as point masses on the sphere (GLPR, arXiv 2312.10794; arXiv 2410.06833): centre a moves by
   y_a' = P_{y_a}(sum_b m_b e^{beta <y_a, y_b>} y_b / Z_a), Z_a = sum_b m_b e^{beta <y_a, y_b>} (SA)
   or Z_a = 1 (USA), masses m_a = cluster size / n. Exact for clusters of zero diameter.
 
 * ``kernel_coefficient(degree, beta, d)``: the Funk-Hecke eigenvalue K_l(beta) of the kernel
-  e^{beta <x, y>} on degree-l spherical harmonics of S^{d-1} (normalised measure, SPEC §8.2):
+  e^{beta <x, y>} on degree-l spherical harmonics of S^{d-1} (normalised measure; arXiv 2410.23228):
   Gamma(d/2) (2/beta)^{d/2-1} I_{l+d/2-1}(beta) (I_l(beta) on the circle).
 * ``growth_rates(beta, d, ls, usa=False)``: the rates lambda_l = l (l + d - 2) K_l / beta (USA) and
   l (l + d - 2) K_l / (beta K_0) (SA) at which a degree-l perturbation of the uniform measure grows;
   ``fastest_mode(beta, d)``: k_max, the number of clusters that first emerge.
 * ``kuramoto_order(t, R0)``: beta = 0 on the circle from a wrapped-Cauchy start (Ott-Antonsen,
-  SPEC §8.3): R(t) = R0 e^{t/2} / sqrt(1 + R0^2 (e^t - 1)).
-* ``pairing_cosine(s, c0)``: the closest pair's cosine in rescaled time at large beta (SPEC §8.4,
+  Ott-Antonsen): R(t) = R0 e^{t/2} / sqrt(1 + R0^2 (e^t - 1)).
+* ``pairing_cosine(s, c0)``: the closest pair's cosine in rescaled time at large beta (arXiv 2410.06833,
   equal masses): tanh(2 s + artanh c0). ``staircase_levels(n)``: the plateaus sum_a m_a^2 of the
   normalised energy over every partition of n tokens into clusters.
 * ``one_layer_cosine(n, rho, beta)``: the exact pairwise cosine of the outputs y_i = sum_j P_ij x_j
-  of one attention layer on equiangular unit inputs <x_i, x_j> = rho (SPEC §8.6), and
+  of one attention layer on equiangular unit inputs <x_i, x_j> = rho (Chen, Lin, Polyanskiy, Rigollet, arXiv 2510.05554), and
   ``one_layer_cosine_limit(rho, gamma)``: its n -> infinity limit at beta = gamma log n.
 
 All integrations use ``scipy.integrate.solve_ivp(DOP853)`` at tight tolerances. Sources: GLPR
 (arXiv 2312.10794), Bruno-Pasqualotto-Agazzi (2410.23228), Geshkovski-Koubbi-Polyanskiy-Rigollet
-(2410.06833), Chen-Lin-Polyanskiy-Rigollet (2510.05554), as restated in SPEC §8.
+(2410.06833), Chen-Lin-Polyanskiy-Rigollet (2510.05554).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def kernel_coefficient(degree: int, beta: float, d: int) -> float:
 
 
 def growth_rates(beta: float, d: int, ls: np.ndarray | list[int], *, usa: bool = False) -> np.ndarray:
-    """Linear growth rates lambda_l of degree-l perturbations of the uniform measure (SPEC §8.2)."""
+    """Linear growth rates lambda_l of degree-l perturbations of the uniform measure (Bruno, Pasqualotto, Agazzi, arXiv 2410.23228)."""
     ls = np.asarray(ls, dtype=np.int64)
     if beta <= 0:
         raise ValueError(f"beta = {beta} must be > 0 (at beta = 0 the kernel has no l >= 1 part).")
@@ -167,7 +167,7 @@ def staircase_levels(n: int) -> list[float]:
 
 def one_layer_cosine(n: int, rho: float, beta: float) -> float:
     """Exact cosine between two outputs of one attention layer (Q = K = V = I, no residual) on n
-    unit inputs with pairwise inner products rho (SPEC §8.6).
+    unit inputs with pairwise inner products rho (Chen, Lin, Polyanskiy, Rigollet, arXiv 2510.05554).
 
     P has two entries: a on the diagonal and b = a e^{-beta (1 - rho)} off it, a = 1 / (1 + (n - 1) e^{-beta (1 - rho)}).
     With S = sum_k x_k, y_i = (a - b) x_i + b S, <x_i, S> = 1 + (n - 1) rho and |S|^2 = n (1 + (n - 1) rho), so
@@ -193,7 +193,7 @@ def one_layer_cosine_limit(rho: float, gamma: float) -> float:
 
 def wendel(n: int, d: int) -> float:
     """Wendel's probability that n i.i.d. uniform points on S^{d-1} lie in one open hemisphere:
-    2^{-(n-1)} sum_{k < d} C(n-1, k) (SPEC §8.1); exact rational arithmetic, returned as a float."""
+    2^{-(n-1)} sum_{k < d} C(n-1, k) (GLPR, arXiv 2312.10794); exact rational arithmetic, returned as a float."""
     if n < 1 or d < 1:
         raise ValueError(f"need n >= 1 and d >= 1; got n = {n}, d = {d}.")
     from fractions import Fraction

@@ -1,4 +1,4 @@
-"""The paper's named matrices, defined once (SPEC §3, from the authors' released scripts [C]).
+"""The paper's named matrices, defined once (from the authors' released scripts).
 
 * ``V2``: the 2-D good triple of the hyperplane figure (eigenvalues 1.348, -0.068).
 * ``V3A``: 3-D, leading eigenvalue 0.991, a complex pair with negative real part.

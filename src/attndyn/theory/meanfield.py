@@ -1,4 +1,4 @@
-"""Mean-field solver: the continuity equation of self-attention on the circle (SPEC §1.6, §8.8).
+"""Mean-field solver: the continuity equation of self-attention on the circle (arXiv 2305.05465 §6).
 
 Contract
 --------

@@ -1,4 +1,4 @@
-"""Mean field on the sphere S^2 for zonal densities: a Legendre-Galerkin solver (SPEC §1.6, §8.2, §8.8).
+"""Mean field on the sphere S^2 for zonal densities: a Legendre-Galerkin solver (arXiv 2305.05465 §6; arXiv 2410.23228).
 
 Contract
 --------
@@ -10,7 +10,7 @@ and the zonal moment E[P_l(u)] = a_l / (2 l + 1)).
 ``solve_sphere(a0, ts, beta=..., usa=False)`` evolves it by the continuity equation of Q = K = V = I
 on S^2 (SA, or USA with ``usa=True``). By Funk-Hecke the convolution
 F(x) = int e^{beta <x, y>} rho(y) d sigma(y) is diagonal, F = sum_l K_l a_l P_l(u) with
-K_l(beta) = sqrt(pi / (2 beta)) I_{l + 1/2}(beta) (SPEC §8.2 with d = 3), and the velocity is a
+K_l(beta) = sqrt(pi / (2 beta)) I_{l + 1/2}(beta) (arXiv 2410.23228 with d = 3), and the velocity is a
 tangential gradient, v = grad_S log F / beta (SA) or grad_S F / beta (USA). For zonal fields
 v = w(u) grad_S u with |grad_S u|^2 = 1 - u^2, so
 
@@ -24,7 +24,7 @@ The integral is evaluated by Gauss-Legendre quadrature on 3 (L + 1) / 2 nodes (e
 polynomial USA integrand), mass (a_0) is conserved exactly, and one right-hand side is four
 matrix-vector products of size about 1.5 L x L. Linearised about the uniform state (a = e_0), a
 degree-l coefficient grows at l (l + 1) K_l / (beta K_0) (SA) or l (l + 1) K_l / beta (USA), the
-rates of SPEC §8.2: the claims ``mode-selection`` and ``mean-field-limit`` check both the rates and the
+rates of arXiv 2410.23228: the claims ``mode-selection`` and ``mean-field-limit`` check both the rates and the
 particles in d = 3 against this solver.
 
 Steps are the package's adaptive Dopri5 (``attndyn.core.solvers.integrate``). At every save the

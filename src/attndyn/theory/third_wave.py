@@ -1,5 +1,5 @@
 """Closed forms of the third wave's successors: Gaussian mean field, causal position bias, random
-attention spectra (SPEC §9.1-9.3).
+attention spectra (arXiv 2501.18322, 2502.01951, 2405.18781, 2410.07799).
 
 * :func:`gaussian_moments` - the mean-field flow of softmax self-attention in R^d maps N(m, S) to a
   Gaussian (Castin, Ablin, Carrillo, Peyre, arXiv 2501.18322): for mu = N(m, S) the field is affine,
@@ -10,7 +10,7 @@ attention spectra (SPEC §9.1-9.3).
   :func:`gaussian_field` is the affine field itself, which the tests compare with quadrature.
 * :func:`cesaro` - the causal softmax at beta = 0 (C_ij = 1/i for j <= i, 1-based);
   :func:`rollout_weights` row n of (a I + (1 - a) C)^H, the exact depth-H influence on the last token,
-  and :func:`primacy_tail` the logarithmic-tail approximation of SPEC §9.2 (accurate for j >~ 10).
+  and :func:`primacy_tail` the logarithmic-tail approximation (arXiv 2502.01951; accurate for j >~ 10).
 * :func:`quarter_circle_moments` - singular values of sqrt(n) A for row-softmax A of i.i.d.
   N(0, sigma^2) logits (the top one excluded) follow the quarter-circle law on [0, 2s] with
   s^2 = e^{sigma^2} - 1: E[s_k^2] = s^2, E[s_k^4] = 2 s^4.
@@ -98,7 +98,7 @@ def rollout_weights(n: int, H: int, a: float) -> np.ndarray:
 
 
 def primacy_tail(j: np.ndarray, n: int, H: int, a: float) -> np.ndarray:
-    """(1/n) sum_{k=1}^H binom(H, k) a^{H-k} (1-a)^k (ln(n/j))^{k-1} / (k-1)!, for tokens j < n (SPEC §9.2)."""
+    """(1/n) sum_{k=1}^H binom(H, k) a^{H-k} (1-a)^k (ln(n/j))^{k-1} / (k-1)!, for tokens j < n (arXiv 2502.01951, 2603.10123)."""
     L = np.log(n / np.asarray(j, dtype=np.float64))
     return sum(math.comb(H, k) * a ** (H - k) * (1 - a) ** k * L ** (k - 1) / math.factorial(k - 1) for k in range(1, H + 1)) / n
 

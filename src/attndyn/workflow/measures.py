@@ -34,7 +34,7 @@ def pair_fraction(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -
 
 
 def energy(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> np.ndarray:
-    """Normalised energy (1/n^2) sum_ij e^{beta (cos(x_i, x_j) - 1)} at every save time (SPEC §8.4): ``(T,)``."""
+    """Normalised energy (1/n^2) sum_ij e^{beta (cos(x_i, x_j) - 1)} at every save time (arXiv 2410.06833): ``(T,)``."""
     beta = model.beta if math.isfinite(model.beta) else 1.0
     return np.exp(beta * (_cosines(xs) - 1.0)).mean((-1, -2))
 

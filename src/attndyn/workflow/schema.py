@@ -115,7 +115,7 @@ class ModelSpec(Strict):
 
 class SolverSpec(Strict):
     """``method``: an explicit Runge-Kutta tableau, or ``long`` (:func:`attndyn.simulate_long`, the
-    sphere model over exponentially long horizons; adaptive). ``kappa``: the noisy model of SPEC §8.7
+    sphere model over exponentially long horizons; adaptive). ``kappa``: the noisy model on the sphere
     (projected Euler-Maruyama, ``method = "euler"`` with ``dt``). Save times: ``save_every``,
     ``save_times``, or ``save_log`` (0 and that many times spaced geometrically from 1e-2 to t1)."""
 
@@ -212,7 +212,7 @@ def load_config(path: str | Path) -> SimulationConfig:
 
 
 class MeanFieldConfig(Strict):
-    """A mean-field run on the circle (SPEC §8.8): the solver's options and the initial density.
+    """A mean-field run on the circle: the solver's options and the initial density.
 
     ``init`` holds ``kind`` (``uniform``, ``wrapped-cauchy``, ``von-mises``, ``samples`` or
     ``values``) and that kind's parameters (see :func:`attndyn.theory.meanfield.initial_density`;
