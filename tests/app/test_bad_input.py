@@ -338,6 +338,8 @@ CASES = [
     # --- checkpoint of a causal decoder (SmolLM2) -------------------------------------------------
     ("ckd-twin-layer", lambda w: ["checkpoint", "smollm2", "--twin-layers", "29", "--out", str(w.root / "o")], "--twin-layers"),
     ("ckd-twin-text", lambda w: ["checkpoint", "smollm2", "--twin-layers", "three", "--out", str(w.root / "o")], "three"),
+    ("ckd-regime-text", lambda w: ["checkpoint", "smollm2", "--regime-layers", "most", "--out", str(w.root / "o")], "most"),
+    ("ckd-regime-layer", lambda w: ["checkpoint", "smollm2", "--regime-layers", "0,31", "--out", str(w.root / "o")], "--regime-layers"),
     ("ckd-head", lambda w: ["checkpoint", "smollm2", "--layer", "40", "--head", "0", "--out", str(w.root / "o")], "--layer 40"),
     ("ckd-prompts-missing", lambda w: ["checkpoint", "smollm2", "--prompts", str(w.root / "none.txt"), "--out", str(w.root / "o")], "none.txt"),
     ("ckd-prompts-empty", lambda w: ["checkpoint", "smollm2", "--prompts", w.file("blank.txt", "\n\n  \n"), "--out", str(w.root / "o")], "blank.txt"),

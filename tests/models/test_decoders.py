@@ -303,6 +303,9 @@ def test_twin_of_a_layer_equals_the_attention_sublayer_without_rope(tmp_path):
     assert isinstance(L, DecoderLayer)
 
 
+REGIMES = {"boolean-1d", "polytope", "collapse", "hyperplanes", "polytope-subspace", "codimension-conjecture", "relaxed", "none"}
+
+
 @needs_smollm2
 @pytest.mark.checkpoint
 def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
@@ -318,8 +321,13 @@ def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
         "yet children still discover them for themselves, one surprised question at a time, at the kitchen table.\n"
     )
     out = tmp_path / "smol"
-    assert entry(["checkpoint", "smollm2", "--prompts", str(prompts), "--twin-layers", "3,20", "--out", str(out)]) == 0
+    # the paper's regime for the heads of the twin layers only (the default, every layer, adds about 40 s)
+    assert entry(["checkpoint", "smollm2", "--prompts", str(prompts), "--twin-layers", "3,20", "--regime-layers", "twins", "--out", str(out)]) == 0
     record = json.loads((out / "decoder.json").read_text())
+    assert {r["layer"] for r in record["per_head"] if r.get("regime")} == {3, 20}
+    assert all(r["regime"] in REGIMES for r in record["per_head"] if r.get("regime"))
+    assert sum(record["regime_counts"].values()) == 2 * 9
+    assert "regime of each head alone" in (out / "index.html").read_text()
     assert record["layers"] == 30
     assert len(record["per_layer"]) == 31
     assert len(record["per_head"]) == 30 * 9

@@ -701,6 +701,10 @@ def checkpoint(
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
     prompts: Annotated[Path | None, typer.Option("--prompts", help="Decoders: a text file of prompts, one per paragraph.")] = None,
     twin_layers: Annotated[str | None, typer.Option("--twin-layers", help="Decoders: particle-twin layers, e.g. 0,7,15.")] = None,
+    regime_layers: Annotated[
+        str,
+        typer.Option("--regime-layers", help="Decoders: layers whose heads get the paper's regime: all (default), twins, or e.g. 0,7,15."),
+    ] = "all",
     table: Annotated[bool, typer.Option("--table", help="Also print the per-head table (it is in heads.csv / checkpoint.json either way).")] = False,
     spectra_only: Annotated[
         bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
@@ -718,10 +722,11 @@ def checkpoint(
 
     dev, torch_dtype = engine_options(device, dtype)
     if _is_decoder(path):
-        record = _decoder(path, out, prompts, twin_layers, layer, head, torch_dtype)
+        record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
         if table:
             _head_table(
-                record["per_head"], ("layer", "head", "kv_group", "effective_beta", "effective_beta_rope", "positive_share_rope", "top_eig_V_real")
+                record["per_head"],
+                ("layer", "head", "kv_group", "regime", "effective_beta", "effective_beta_rope", "positive_share_rope", "top_eig_V_real"),
             )
         return
     p = Path(path)
@@ -787,7 +792,9 @@ def _is_decoder(path: str) -> bool:
         return False  # the encoder reader names what is wrong with the folder
 
 
-def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None, layer: int, head: int | None, torch_dtype) -> dict:
+def _decoder(
+    path: str, out: Path, prompts: Path | None, twin_layers: str | None, regime_layers: str, layer: int, head: int | None, torch_dtype
+) -> dict:
     """``attndyn checkpoint`` for causal decoders (see :mod:`attndyn.app.decoder_page`)."""
     from attndyn.app.decoder_page import decoder_report, prompts_from
     from attndyn.workflow import ownership
@@ -802,6 +809,12 @@ def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None
         layers = None if twin_layers is None else tuple(int(v) for v in twin_layers.split(","))
     except ValueError:
         fail(f"--twin-layers {twin_layers!r} is not a comma-separated list of layer numbers")
+    regimes: tuple[int, ...] | str = regime_layers
+    if regime_layers not in ("all", "twins"):
+        try:
+            regimes = tuple(int(v) for v in regime_layers.split(","))
+        except ValueError:
+            fail(f"--regime-layers {regime_layers!r} is not 'all', 'twins' or a comma-separated list of layer numbers")
     ownership.check(out, "checkpoint")
     bar = _status()
     with bar:
@@ -811,6 +824,7 @@ def _decoder(path: str, out: Path, prompts: Path | None, twin_layers: str | None
             prompts=texts,
             out=out,
             twin_layers=layers,
+            regime_layers=regimes,
             heatmap=None if head is None else (layer, head),
             dtype=torch_dtype,
             progress=lambda msg: bar.update(task, description=msg),

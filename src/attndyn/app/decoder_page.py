@@ -16,6 +16,7 @@ import csv
 import html
 import io
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def decoder_report(
     prompts: list[str],
     out: Path,
     twin_layers: tuple[int, ...] | None = None,
+    regime_layers: tuple[int, ...] | str = "all",
     heatmap: tuple[int, int] | None = None,
     dtype: torch.dtype = torch.float32,
     progress: Callable[[str], None] | None = None,
@@ -66,6 +68,12 @@ def decoder_report(
     bad = [k for k in twin_layers if not 0 <= k < L - 1]
     if bad:
         raise CheckpointError(f"--twin-layers: layer {bad[0]} is not in 0..{L - 2} (the twin is compared with the next layer)")
+    if regime_layers == "all":
+        regime_layers = tuple(range(L))
+    elif regime_layers == "twins":
+        regime_layers = twin_layers
+    elif isinstance(regime_layers, str) or any(not 0 <= k < L for k in regime_layers):
+        raise CheckpointError(f"--regime-layers {regime_layers!r}: give 'all', 'twins' or layers in 0..{L - 1}")
     lay, head = heatmap if heatmap is not None else (L // 2, 0)
     if not (0 <= lay < L and 0 <= head < dec.heads):
         raise CheckpointError(f"--layer {lay} --head {head}: the attention map needs a layer in 0..{L - 1} and a head in 0..{dec.heads - 1}")
@@ -78,8 +86,8 @@ def decoder_report(
     fws = [forward(dec, dec.encode(p), dtype=dtype) for p in prompts]
     step("token geometry of every layer")
     layers = geo.layer_table(fws)
-    step("spectra of every head")
-    heads = geo.head_table(dec, regime_layers=twin_layers)
+    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads")
+    heads = geo.head_table(dec, regime_layers=tuple(regime_layers))
     step("particle twins")
     twins = [{**geo.twin(dec, fw, k), "prompt": i} for k in twin_layers for i, fw in enumerate(fws[:TWIN_PROMPTS])]
     summary = []
@@ -139,6 +147,7 @@ def decoder_report(
         "per_head": heads,
         "twin": summary,
         "twin_per_prompt": twins,
+        "regime_counts": dict(Counter(h["regime"] for h in heads if "regime" in h).most_common()),
         "figures": names,
         "seconds": round(time.perf_counter() - start, 2),
     }
@@ -196,8 +205,20 @@ def render(r: dict) -> str:
         "prompts where the top leader agrees.</p>"
         f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th><th>leader overlap</th>"
         f"<th>top leader agrees</th></tr>{twin}</table>"
-        f"<h2>Per head ({len(r['per_head'])} heads)</h2>{heads_table}"
+        f"<h2>Per head ({len(r['per_head'])} heads)</h2>{_regime_sentence(r)}{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
+    )
+
+
+def _regime_sentence(r: dict) -> str:
+    """Which result of the paper applies to how many heads (each head alone, its position-free weights)."""
+    counts = r.get("regime_counts") or {}
+    if not counts:
+        return ""
+    parts = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
+    return (
+        f"<p>The paper's regime of each head alone (its position-free Q, K and value-output map; attndyn.analysis.spectra.regime), "
+        f"for {sum(counts.values())} heads: {parts}.</p>"
     )
 
 
