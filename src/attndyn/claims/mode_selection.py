@@ -22,17 +22,17 @@ CLAIM = ClaimInfo(
         "Linearised about the uniform measure on S^1, a mode-k perturbation grows at lambda_k = k^2 I_k(beta) / beta (USA) or "
         "k^2 I_k(beta) / (beta I_0(beta)) (SA), and the fastest mode k_max(beta) sets the number of clusters that first emerge. "
         "Judged: (i) particles (n in the thousands, a deterministic perturbation of size 1e-6 in modes 1-12) grow at lambda_k "
-        "within 2 %, and (ii) the mean-field solver (perturbation 1e-8) within 1e-4 relative, for SA and USA and every beta, "
-        "on every mode whose rate is at least 1 % of the fastest (slower modes are swamped by the nonlinear coupling of the "
-        "fast ones over the fitting window); (iii) from white noise at beta = 5 the seed-averaged spectrum peaks at "
+        "within 1e-4, and (ii) the mean-field solver (perturbation 1e-8) within 1e-6 relative, for SA and USA and every beta, "
+        "on every mode whose rate is at least 25 % of the fastest (the error is the nonlinear coupling of the modes, "
+        "proportional to the perturbation and largest for slow modes: 4.3e-5 and 4.3e-7 at worst on the judged modes; the "
+        "modes down to 1 % are reported); (iii) from white noise at beta = 5 the seed-averaged spectrum peaks at "
         "k_max(5) = 3 when the perturbation first reaches amplitude 1/4 (three clusters emerge). On S^2 (d = 3) a degree-l "
         "zonal perturbation grows at l (l + 1) K_l / (beta K_0) (SA) or l (l + 1) K_l / beta (USA), K_l = sqrt(pi / (2 beta)) "
         "I_{l + 1/2}(beta). Judged: (iv) particles in d = 3 (the spherical Fibonacci lattice with a zonal displacement of "
         "size 1e-4 in degrees 1-12, the lattice's own discrepancy cancelled by the antithetic pair +-1e-4) grow at these rates "
-        "within 1e-3, and (v) the zonal Legendre-Galerkin mean-field solver within 1e-4, on every degree whose rate is at "
-        "least 25 % (particles: the lattice's own discrepancy, ~ l^2 / n^2, makes the worst such error 1e-4 at n = 2048 "
-        "and 5e-4 at n = 1024) or 1 % (mean field) of the fastest. Drawn: the emerging number against k_max(beta) over a "
-        "range of beta, and the S^2 rates."
+        "within 1e-3, and (v) the zonal Legendre-Galerkin mean-field solver within 2e-6, on every degree whose rate is at "
+        "least 25 % of the fastest (particles: the lattice's own discrepancy, ~ l^2 / n^2, makes the worst such error 2.6e-4 "
+        "at n = 2048; the solver: 7.2e-7). Drawn: the emerging number against k_max(beta) over a range of beta, and the S^2 rates."
     ),
     hypotheses=(
         "Q = K = V = I on S^1; rates fitted by least squares of log |(1/n) sum_j e^{i k theta_j}| over t in [0, 2 / lambda_max] "
@@ -52,9 +52,14 @@ class Config(ExperimentConfig):
     eps: float = 1e-8  # mean-field perturbation
     M: int = 512
     steps: int = 20
-    rate_floor: float = 1e-2
-    particle_tol: float = 0.02
-    meanfield_tol: float = 1e-4
+    # judged: the modes whose rate is at least this share of the fastest; slower ones are reported. The error of
+    # the fitted rates is the nonlinear coupling of the modes, proportional to the perturbation's size (the
+    # particles' errors are exactly delta / eps = 100 times the mean field's, at every n from 256 to 2048), and
+    # largest for slow modes: on the judged modes it is at most 4.3e-5 (particles) and 4.3e-7 (mean field).
+    rate_floor: float = 0.25
+    particle_tol: float = 1e-4
+    meanfield_tol: float = 1e-6
+    report_floor: float = 1e-2
     noise_betas: list[float] = [1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 30.0]
     noise_n: int = 1024
     noise_seeds: int = 16
@@ -68,7 +73,12 @@ class Config(ExperimentConfig):
     sphere_L: int = 64
     sphere_particle_floor: float = 0.25
     sphere_particle_tol: float = 1e-3
-    # multiply beta in the S^2 particles / the S^2 solver only: 1 is the claim; the sensitivity tests change them
+    sphere_meanfield_floor: float = 0.25
+    sphere_meanfield_tol: float = 2e-6  # about 3x the worst measured error on those degrees (7.2e-7)
+    # multiply beta in the particles / the solver / the white-noise runs only: 1 is the claim; the sensitivity tests change them
+    beta_factor: float = 1.0
+    meanfield_beta_factor: float = 1.0
+    noise_beta_factor: float = 1.0
     sphere_beta_factor: float = 1.0
     sphere_meanfield_beta_factor: float = 1.0
 
@@ -82,6 +92,9 @@ QUICK = {
     "sphere_betas": [1.0, 5.0],
     "sphere_n": 1024,
 }
+
+
+NOISE_DETECTS = "beta off by 40 % in the white-noise runs (beta = 3 forms two clusters, not three)"
 
 
 def phases(ks: np.ndarray) -> np.ndarray:
@@ -114,11 +127,17 @@ def run(config: Config) -> Result:
         for u, usa in enumerate((False, True)):
             T = 2.0 / theory.growth_rates(beta, 2, ks, usa=usa).max()
             ts, theta = circle.run(
-                particle_start(config.n, ks, config.delta)[None], beta, T, dt=T / config.steps, saves=config.steps + 1, usa=usa, engine=config
+                particle_start(config.n, ks, config.delta)[None],
+                beta * config.beta_factor,
+                T,
+                dt=T / config.steps,
+                saves=config.steps + 1,
+                usa=usa,
+                engine=config,
             )
             p_ts[b, u], p_amp[b, u] = ts, circle.amplitudes(theta[:, 0], ks)
             rho0 = meanfield.initial_density("uniform", config.M, modes=ks.tolist(), amplitude=config.eps, phases=phases(ks).tolist())
-            sol = meanfield.solve_circle(rho0, np.linspace(0, T, 21), beta=beta, usa=usa, rtol=1e-12, atol=1e-16)
+            sol = meanfield.solve_circle(rho0, np.linspace(0, T, 21), beta=beta * config.meanfield_beta_factor, usa=usa, rtol=1e-12, atol=1e-16)
             m_ts[b, u] = sol.ts
             m_amp[b, u] = np.stack([meanfield.mode_amplitude(sol.rho, int(k)) for k in ks], -1)
     arrays.update(particle_ts=p_ts, particle_amp=p_amp, meanfield_ts=m_ts, meanfield_amp=m_amp)
@@ -136,7 +155,7 @@ def run(config: Config) -> Result:
     for b, beta in enumerate(config.noise_betas):
         theta0 = rng.uniform(0, 2 * math.pi, (config.noise_seeds, config.noise_n))
         dt = horizons[b] / round(horizons[b] / config.noise_dt)
-        ts, theta = circle.run(theta0, beta, horizons[b], dt=dt, saves=saves, engine=config)
+        ts, theta = circle.run(theta0, beta * config.noise_beta_factor, horizons[b], dt=dt, saves=saves, engine=config)
         times[b] = ts[np.linspace(0, len(ts) - 1, saves).round().astype(int)] if len(ts) != saves else ts
         idx = np.searchsorted(ts, times[b])
         power[b] = (circle.amplitudes(theta[idx], wk) ** 2).mean(1)
@@ -171,7 +190,7 @@ def sphere_checks(arrays: dict, config: Config) -> tuple[dict, dict]:
     checks, rates = {}, {}
     for source, tol, floor, detects in (
         ("particle", config.sphere_particle_tol, config.sphere_particle_floor, "beta off by 0.5 % in the S^2 particles"),
-        ("meanfield", config.meanfield_tol, config.rate_floor, "beta off by 0.1 % in the S^2 solver"),
+        ("meanfield", config.sphere_meanfield_tol, config.sphere_meanfield_floor, "beta off by 1e-5 (relative) in the S^2 solver"),
     ):
         errors, cases = [], []
         for b, beta in enumerate(arrays["sphere_betas"]):
@@ -207,18 +226,26 @@ def gap_clusters(theta: np.ndarray, gap: float = 0.3) -> int:
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     ks = arrays["ks"]
     checks, info = {}, {"rates": {}}
+    detects = {"particle": "beta off by 0.1 % in the particles", "meanfield": "beta off by 1e-5 (relative) in the solver"}
     for source, tol in (("particle", config.particle_tol), ("meanfield", config.meanfield_tol)):
-        errors = []
+        errors, cases, slow = [], [], []
         for b, beta in enumerate(arrays["betas"]):
             for u, usa in enumerate((False, True)):
                 lam = theory.growth_rates(float(beta), 2, ks, usa=usa)
                 fitted = circle.slopes(arrays[f"{source}_ts"][b, u], np.log(arrays[f"{source}_amp"][b, u]))
                 keep = lam >= config.rate_floor * lam.max()
                 errors.extend(np.abs(fitted[keep] / lam[keep] - 1))
+                cases.extend(f"beta = {beta:g} {'USA' if usa else 'SA'}, k = {k}" for k in ks[keep])
+                shown = (lam >= config.report_floor * lam.max()) & ~keep
+                slow.extend(np.abs(fitted[shown] / lam[shown] - 1))
                 info["rates"][f"{source} beta={beta:g} {'USA' if usa else 'SA'}"] = fitted.tolist()
         name = "particles" if source == "particle" else "mean field"
+        why = f"the band is about 3x the worst measured error (the coupling of a {'delta' if source == 'particle' else 'eps'}-sized perturbation)"
         checks[f"{name}: |fitted rate / lambda_k - 1|, every beta, SA and USA, modes with lambda_k >= {config.rate_floor:g} lambda_max"] = (
-            every_within(errors, 0.0, tol)
+            every_within(errors, 0.0, tol, why, cases=cases, detects=detects[source])
+        )
+        checks[f"slower modes ({config.report_floor:g} to {config.rate_floor:g} lambda_max), {name}: worst |fitted rate / lambda_k - 1|"] = report(
+            float(max(slow)) if slow else float("nan"), "not judged: the coupling of the fast modes dominates there"
         )
     nb = list(np.asarray(arrays["noise_betas"], dtype=float))
     counts = [emerging_count(arrays["noise_power"][b], config.emerged)[0] for b in range(len(nb))]
@@ -227,7 +254,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     if config.judged_beta in nb:
         b = nb.index(config.judged_beta)
         checks[f"white noise at beta = {config.judged_beta:g}: number of emerging clusters (peak of the seed-averaged spectrum)"] = within(
-            counts[b], kmax[b], kmax[b], f"k_max({config.judged_beta:g}) = {kmax[b]}"
+            counts[b], kmax[b], kmax[b], f"k_max({config.judged_beta:g}) = {kmax[b]}", detects=NOISE_DETECTS
         )
     else:
         checks[f"white noise at beta = {config.judged_beta:g}: number of emerging clusters (peak of the seed-averaged spectrum)"] = within(
