@@ -15,9 +15,16 @@ from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
 
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
-MFL, MS = "mean-field-limit", "mode-selection"
+MFL, MS, NORM = "mean-field-limit", "mode-selection", "normalization"
 
 SENSITIVITY = {
+    NORM: [
+        ({"beta_factor": 1 + 1e-9}, {}, ["every scheme and pair"]),
+        ({"decay_beta_factor": 1 + 1e-6}, {}, ["Post-LN: |rho(t)"]),
+        ({"decay_beta_factor": 1 - 1e-6}, {}, ["Post-LN: |rho(t)"]),
+        ({"pre_scheme": "post"}, {}, ["Pre-LN: fitted exponent"]),
+        ({"pre_scheme": "sqrt"}, {}, ["Pre-LN: fitted exponent"]),
+    ],
     MS: [
         ({"beta_factor": 1.001}, {}, ["particles: |fitted rate"]),
         ({"beta_factor": 0.999}, {}, ["particles: |fitted rate"]),
@@ -69,7 +76,7 @@ SENSITIVITY = {
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
     "polytope-subspace", "high-dimensional", "sphere", "causal", "hardmax",
-    "phase-diagram", "normalization", "metastability",
+    "phase-diagram", "metastability",
 }  # fmt: skip
 
 CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases))]
