@@ -5,11 +5,15 @@
   transformers' in float64 to 1e-10 relative.
 * The same model written as a GGUF file the way llama.cpp writes it (query/key rows interleaved
   for its RoPE pairing) and read back: the same numbers, so the reader undoes the interleaving.
+* A tiny random GPT-2 (LayerNorm, learned positions, biased Conv1D maps) read from its folder: the
+  same agreement.
 * SmolLM2-135M from its PyPI wheel: the next token of factual prompts, and the second load from
   the cache.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -118,6 +122,72 @@ def test_hf_folder_forward_equals_transformers_in_float64(tmp_path, heads, kv_he
     ours = forward(read_hf_llama(folder), IDS, dtype=torch.float64)
     assert_matches(ours, reference(model, IDS), 1e-7)  # transformers as it is: its float32 RoPE angles
     assert_matches(ours, reference(float64_reference(model), IDS), 1e-10)
+
+
+def tiny_gpt2(tmp_path, *, seed=0):
+    """A random GPT2LMHeadModel (LayerNorm with biases, learned positions, biased Conv1D maps), saved as safetensors."""
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(
+        vocab_size=97, n_positions=32, n_embd=32, n_layer=3, n_head=4, activation_function="gelu_new", attn_implementation="eager"
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # norms and biases away from 1 and 0, so that a misplaced one shows
+        for name, p in model.named_parameters():
+            if "ln_" in name and name.endswith("weight"):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    folder = tmp_path / "tiny-gpt2"
+    model.save_pretrained(folder, safe_serialization=True)
+    return model.double(), folder
+
+
+def test_gpt2_folder_forward_equals_transformers_in_float64(tmp_path):
+    """GPT-2's conventions (Conv1D layout, fused q/k/v, LayerNorm, learned positions, biases, tanh GELU):
+    every layer, every attention map and the logits within 1e-10 of transformers in float64."""
+    model, folder = tiny_gpt2(tmp_path)
+    dec = load_decoder(folder)
+    assert (dec.arch, dec.norm_kind, dec.positions, dec.heads, dec.kv_heads, dec.head_dim) == ("gpt2", "layer", "learned", 4, 4, 8)
+    assert_matches(forward(dec, IDS, dtype=torch.float64), reference(model, IDS), 1e-10)
+    with pytest.raises(ValueError, match="context of 32"):
+        forward(dec, list(range(40)))
+    # the position-free head is still the particle model's weights (biases and positions left out)
+    W = head_weights(dec, 1, 2)
+    assert tuple(W.V[0].shape) == (32, 32)
+    assert int(torch.linalg.matrix_rank(torch.as_tensor(W.V[0]))) == 8
+
+
+def test_the_decoder_page_reads_a_gpt2_folder(tmp_path):
+    """The whole page on a GPT-2 folder with its own tokenizer.json: token geometry, head spectra and every
+    head's regime; no particle twin (it is Pre-LN on the sphere, and LayerNorm is not), and asking for one says so."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from attndyn.app.decoder_page import decoder_report
+
+    _, folder = tiny_gpt2(tmp_path)
+    words = "the cat sat on a mat and looked at birds in an old garden while rain fell".split()
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    prompts = [" ".join(words), " ".join(reversed(words))]
+    record = decoder_report(str(folder), prompts=prompts, out=tmp_path / "page", dtype=torch.float64)
+    assert record["layers"] == 3
+    assert record["twin"] == []
+    assert sum(record["regime_counts"].values()) == 3 * 4
+    assert (tmp_path / "page" / "index.html").is_file()
+    with pytest.raises(CheckpointError, match="LayerNorm"):
+        decoder_report(str(folder), prompts=prompts, out=tmp_path / "page2", twin_layers=(1,), dtype=torch.float64)
+
+
+def test_gpt2_options_the_forward_pass_lacks_are_refused(tmp_path):
+    _, folder = tiny_gpt2(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value, match in (("activation_function", "relu", "activation_function"), ("scale_attn_by_inverse_layer_idx", True, "inverse_layer")):
+        (folder / "config.json").write_text(json.dumps(config | {key: value}))
+        with pytest.raises(CheckpointError, match=match):
+            load_decoder(folder)
 
 
 def write_gguf_like_llama_cpp(folder, model, path):

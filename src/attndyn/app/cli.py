@@ -232,7 +232,7 @@ def meanfield(
     config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
 ) -> None:
-    """Solve the mean-field equation on the circle (our pseudo-spectral solver; docs: the mean field).
+    """Solve the mean-field equation on the circle.
 
     Writes a run folder with the density, its figures and a movie.
     """
@@ -690,7 +690,10 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
 @app.command()
 def checkpoint(
     path: Annotated[
-        str, typer.Argument(help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a LLaMA folder for a causal decoder.")
+        str,
+        typer.Argument(
+            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a LLaMA, Gemma 3 or GPT-2 folder for a causal decoder."
+        ),
     ],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
     layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
@@ -713,7 +716,7 @@ def checkpoint(
     """Head spectra and dynamics of a trained checkpoint.
 
     Encoders (MiniLM, BERT folders): spectra of every head, and the dynamics its weights drive
-    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA folders): token geometry
+    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA, Gemma 3 and GPT-2 folders): token geometry
     of every layer on a set of prompts, attention sinks and leaders, head spectra, and the particle
     twin of chosen layers.
     """
@@ -787,7 +790,7 @@ def _is_decoder(path: str) -> bool:
     if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
         return True
     try:
-        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text")
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text", "gpt2")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return False  # the encoder reader names what is wrong with the folder
 

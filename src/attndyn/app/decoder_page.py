@@ -64,6 +64,10 @@ def decoder_report(
     if dec.tokenizer is None:
         raise CheckpointError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
     L = len(dec.layers)
+    if dec.norm_kind != "rms" and twin_layers:
+        raise CheckpointError(f"--twin-layers: {dec.name} uses LayerNorm, and the particle twin is Pre-LN on the sphere (RMSNorm)")
+    if dec.norm_kind != "rms":
+        twin_layers = ()  # the twin models RMSNorm only; the rest of the page applies
     twin_layers = tuple(twin_layers) if twin_layers is not None else tuple(sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2}))
     bad = [k for k in twin_layers if not 0 <= k < L - 1]
     if bad:

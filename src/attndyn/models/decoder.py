@@ -1,4 +1,4 @@
-"""Trained causal decoders (LLaMA and Gemma 3 families): one typed description, and our own exact forward pass.
+"""Trained causal decoders (LLaMA, Gemma 3 and GPT-2 families): one typed description, and our own exact forward pass.
 
 Contract
 --------
@@ -19,6 +19,10 @@ Contract
   "sandwich"), the tanh-approximated GELU in the gated feed-forward block, and per layer a sliding
   window (``windows``; token i sees i - w < j <= i) and a RoPE base (``rope_bases``). Norm weights
   are the multipliers themselves (Gemma's ``1 + w`` is added by the reader).
+* GPT-2 (``arch="gpt2"``): LayerNorm with biases (``norm_kind="layer"``), learned absolute positions
+  added to the input embeddings (``positions="learned"``, ``pos_embed``; no RoPE), biases on every
+  attention and feed-forward map, and an ungated feed-forward block ``gelu_tanh(h up^T + b_up) down^T
+  + b_down`` (``gate=None``).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -44,7 +48,7 @@ class DecoderLayer:
     W_v: torch.Tensor  # (KV hd, d)
     W_o: torch.Tensor  # (d, H hd)
     ffn_norm: torch.Tensor  # (d,)
-    gate: torch.Tensor  # (f, d)
+    gate: torch.Tensor | None  # (f, d); None for an ungated feed-forward block (GPT-2)
     up: torch.Tensor  # (f, d)
     down: torch.Tensor  # (d, f)
     # Gemma 3: the norms after each sub-layer's output, and of each query/key head (hd,)
@@ -52,6 +56,16 @@ class DecoderLayer:
     post_ffn_norm: torch.Tensor | None = None
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
+    # GPT-2: LayerNorm biases, the biases of the attention and feed-forward maps (gate = None: an ungated
+    # feed-forward block act(h up^T + b_up) down^T + b_down)
+    attn_norm_bias: torch.Tensor | None = None
+    ffn_norm_bias: torch.Tensor | None = None
+    b_q: torch.Tensor | None = None
+    b_k: torch.Tensor | None = None
+    b_v: torch.Tensor | None = None
+    b_o: torch.Tensor | None = None
+    b_up: torch.Tensor | None = None
+    b_down: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -77,11 +91,21 @@ class Decoder:
     rope_bases: tuple[float, ...] | None = None  # per layer, when they differ (Gemma: local 1e4, global 1e6)
     bos_id: int | None = None  # prepended by encode() when add_bos (Gemma is trained with it)
     add_bos: bool = False
+    norm_kind: str = "rms"  # "rms" (LLaMA, Gemma) or "layer" (GPT-2: LayerNorm with a bias)
+    norm_bias: torch.Tensor | None = None  # the final LayerNorm's bias
+    positions: str = "rope"  # "rope", or "learned" (GPT-2: absolute position embeddings added to the input)
+    pos_embed: torch.Tensor | None = None  # (context, d) for learned positions
 
     def __post_init__(self):
         d = self.embed.shape[1]
         if self.activation not in ("silu", "gelu_tanh"):
             raise ValueError(f"{self.name}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
+        if self.norm_kind not in ("rms", "layer"):
+            raise ValueError(f"{self.name}: norm_kind {self.norm_kind!r} is not 'rms' or 'layer'")
+        if self.positions not in ("rope", "learned"):
+            raise ValueError(f"{self.name}: positions {self.positions!r} is not 'rope' or 'learned'")
+        if self.positions == "learned" and (self.pos_embed is None or self.pos_embed.ndim != 2 or self.pos_embed.shape[1] != d):
+            raise ValueError(f"{self.name}: learned positions need pos_embed of shape (context, {d})")
         for name in ("windows", "rope_bases"):
             per_layer = getattr(self, name)
             if per_layer is not None and len(per_layer) != len(self.layers):
@@ -143,6 +167,17 @@ class Forward:
     logits: torch.Tensor
 
 
+def _norm(decoder: Decoder, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """The decoder's own normalisation: RMSNorm, or LayerNorm (mean removed, then scaled and shifted)."""
+    if decoder.norm_kind == "rms":
+        return rms_norm(x, w, decoder.eps)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, decoder.eps)
+
+
+def _plus(y: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return y if b is None else y + b
+
+
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -172,13 +207,18 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
         raise ValueError(f"token ids must lie in [0, {vocab}); got {int(ids_t.min())}..{int(ids_t.max())}")
     if dtype not in (torch.float64, torch.float32):
         raise TypeError(f"dtype {dtype} is not float64 or float32")
-    cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
+    cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
     n, H, KV, hd = ids_t.numel(), decoder.heads, decoder.kv_heads, decoder.head_dim
     x = cast(decoder.embed)[ids_t]
     if decoder.embed_scale != 1.0:
         x = x * torch.tensor(decoder.embed_scale, dtype=dtype, device=device)
+    rope = decoder.positions == "rope"
+    if not rope:
+        if n > decoder.pos_embed.shape[0]:
+            raise ValueError(f"{n} tokens exceed {decoder.name}'s context of {decoder.pos_embed.shape[0]} learned positions")
+        x = x + cast(decoder.pos_embed)[:n]
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
-    tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)}
+    tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
     causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     masks = {None: causal}
     for w in set(decoder.windows or ()) - {None}:
@@ -186,39 +226,44 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
     act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
     hidden, attentions = [x], []
     for k_layer, layer in enumerate(decoder.layers):
-        cos, sin = tables[bases[k_layer]]
         mask = masks[decoder.windows[k_layer] if decoder.windows else None]
-        h = rms_norm(x, cast(layer.attn_norm), decoder.eps)
-        q = (h @ cast(layer.W_q).T).view(n, H, hd).transpose(0, 1)
-        k = (h @ cast(layer.W_k).T).view(n, KV, hd).transpose(0, 1)
-        v = (h @ cast(layer.W_v).T).view(n, KV, hd).transpose(0, 1)
+        h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
+        q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q)).view(n, H, hd).transpose(0, 1)
+        k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k)).view(n, KV, hd).transpose(0, 1)
+        v = _plus(h @ cast(layer.W_v).T, cast(layer.b_v)).view(n, KV, hd).transpose(0, 1)
         if layer.q_norm is not None:
             q = rms_norm(q, cast(layer.q_norm), decoder.eps)
         if layer.k_norm is not None:
             k = rms_norm(k, cast(layer.k_norm), decoder.eps)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if rope:
+            cos, sin = tables[bases[k_layer]]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         scores = scores.masked_fill(~mask, -math.inf)
         P = torch.softmax(scores, dim=-1)  # subtracts the row maximum
         attentions.append(P)
-        out = (P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T
+        out = _plus((P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T, cast(layer.b_o))
         if layer.post_attn_norm is not None:
             out = rms_norm(out, cast(layer.post_attn_norm), decoder.eps)
         x = x + out
-        h = rms_norm(x, cast(layer.ffn_norm), decoder.eps)
-        out = (act(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
+        h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias))
+        if layer.gate is None:  # GPT-2's ungated block
+            out = _plus(act(_plus(h @ cast(layer.up).T, cast(layer.b_up))) @ cast(layer.down).T, cast(layer.b_down))
+        else:
+            out = (act(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
         if layer.post_ffn_norm is not None:
             out = rms_norm(out, cast(layer.post_ffn_norm), decoder.eps)
         x = x + out
         hidden.append(x)
-    logits = rms_norm(x, cast(decoder.norm), decoder.eps) @ cast(decoder.head).T
+    logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
 
 
 def head_weights(decoder: Decoder, layer: int, head: int) -> Weights:
     """One attention head as the particle model's weights: Q = W_q,h and K = W_k of its key/value
-    group (hd x d), V = W_o,h W_v,h (d x d, rank hd). RoPE is left out (the position-free kernel)."""
+    group (hd x d), V = W_o,h W_v,h (d x d, rank hd). RoPE and the maps' biases (GPT-2) are left out (the
+    position-free, bias-free kernel)."""
     if not 0 <= layer < len(decoder.layers):
         raise ValueError(f"layer {layer} is not in 0..{len(decoder.layers) - 1}")
     if not 0 <= head < decoder.heads:

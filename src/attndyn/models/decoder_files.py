@@ -122,7 +122,7 @@ def load_decoder(name_or_path: str | Path) -> Decoder:
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf(path)
     if path.is_dir() and (path / "config.json").is_file():
-        return read_hf_llama(path)
+        return read_hf_llama(path)  # LLaMA and Gemma 3 folders; GPT-2 folders are handed to read_hf_gpt2
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
     raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
@@ -428,9 +428,79 @@ def _gemma3_hf_extra(config: dict, folder: Path, L: int, d: int, hd: int) -> dic
     }
 
 
+def _folder_tokenizer(folder: Path):
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray]) -> Decoder:
+    """A ``GPT2LMHeadModel`` folder as a :class:`Decoder`. GPT-2's maps are ``Conv1D`` (``y = x W + b``, W stored
+    as (in, out)): the reader transposes them into the Hugging Face linear layout and splits the fused
+    query/key/value map."""
+    act = config.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{folder}: activation_function {act!r} is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)")
+    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False)):
+        if bool(config.get(key, ok)) != ok:
+            raise CheckpointError(f"{folder}: {key} = {config[key]} is not supported by the forward pass")
+    pre = "transformer." if "transformer.wte.weight" in arrays else ""
+
+    def get(name: str) -> torch.Tensor:
+        if pre + name not in arrays:
+            raise CheckpointError(f"{folder}: the tensor {pre + name!r} is missing")
+        return torch.from_numpy(np.asarray(arrays[pre + name], dtype=np.float64).copy())
+
+    H, d, L = int(config["n_head"]), int(config["n_embd"]), int(config["n_layer"])
+    if d % H:
+        raise CheckpointError(f"{folder}: n_embd = {d} does not split into n_head = {H} heads")
+    layers = []
+    for k in range(L):
+        b = f"h.{k}."
+        qkv, qkv_b = get(b + "attn.c_attn.weight"), get(b + "attn.c_attn.bias")
+        if tuple(qkv.shape) != (d, 3 * d):
+            raise CheckpointError(f"{folder}: {pre + b}attn.c_attn.weight has shape {tuple(qkv.shape)}, expected {(d, 3 * d)}")
+        W_q, W_k, W_v = (qkv[:, i * d : (i + 1) * d].T.contiguous() for i in range(3))
+        b_q, b_k, b_v = (qkv_b[i * d : (i + 1) * d] for i in range(3))
+        layers.append(
+            DecoderLayer(
+                attn_norm=get(b + "ln_1.weight"),
+                W_q=W_q,
+                W_k=W_k,
+                W_v=W_v,
+                W_o=get(b + "attn.c_proj.weight").T.contiguous(),
+                ffn_norm=get(b + "ln_2.weight"),
+                gate=None,
+                up=get(b + "mlp.c_fc.weight").T.contiguous(),
+                down=get(b + "mlp.c_proj.weight").T.contiguous(),
+                attn_norm_bias=get(b + "ln_1.bias"),
+                ffn_norm_bias=get(b + "ln_2.bias"),
+                b_q=b_q,
+                b_k=b_k,
+                b_v=b_v,
+                b_o=get(b + "attn.c_proj.bias"),
+                b_up=get(b + "mlp.c_fc.bias"),
+                b_down=get(b + "mlp.c_proj.bias"),
+            )
+        )
+    embed = get("wte.weight")
+    head = get("lm_head.weight") if "lm_head.weight" in arrays and not config.get("tie_word_embeddings", True) else embed
+    try:
+        return Decoder(
+            folder.name, str(folder), embed, tuple(layers), get("ln_f.weight"), head, H, H, d // H, 0.0,
+            float(config.get("layer_norm_epsilon", 1e-5)), _folder_tokenizer(folder), arch="gpt2", activation="gelu_tanh",
+            norm_kind="layer", norm_bias=get("ln_f.bias"), positions="learned", pos_embed=get("wpe.weight"),
+        )  # fmt: skip
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+
+
 def read_hf_llama(folder: str | Path) -> Decoder:
-    """A ``LlamaForCausalLM`` or Gemma 3 (``gemma3_text``) folder (config.json + *.safetensors) as a
-    :class:`Decoder`, in float64. Gemma's RMSNorm multiplies by ``1 + w``: the reader adds the 1."""
+    """A ``LlamaForCausalLM``, Gemma 3 (``gemma3_text``) or ``GPT2LMHeadModel`` folder (config.json +
+    *.safetensors) as a :class:`Decoder`, in float64. Gemma's RMSNorm multiplies by ``1 + w``: the reader
+    adds the 1."""
     from safetensors.numpy import load_file
 
     folder = Path(folder)
@@ -440,8 +510,10 @@ def read_hf_llama(folder: str | Path) -> Decoder:
         raise CheckpointError(f"{folder}/config.json is not readable ({type(err).__name__})") from None
     arch = (config.get("architectures") or ["?"])[0]
     model_type = config.get("model_type")
-    if model_type not in ("llama", "gemma3_text"):
-        raise CheckpointError(f"{folder}: model_type {model_type!r} ({arch}) is not supported by the decoder reader (only 'llama' and 'gemma3_text')")
+    if model_type not in ("llama", "gemma3_text", "gpt2"):
+        raise CheckpointError(
+            f"{folder}: model_type {model_type!r} ({arch}) is not supported by the decoder reader (only 'llama', 'gemma3_text' and 'gpt2')"
+        )
     gemma = model_type == "gemma3_text"
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -449,6 +521,8 @@ def read_hf_llama(folder: str | Path) -> Decoder:
     arrays: dict[str, np.ndarray] = {}
     for f in files:
         arrays.update(load_file(str(f)))
+    if model_type == "gpt2":
+        return _gpt2(folder, config, arrays)
 
     def get(name: str) -> torch.Tensor:
         if name not in arrays:
@@ -472,11 +546,7 @@ def read_hf_llama(folder: str | Path) -> Decoder:
     final_norm = get("model.norm.weight") + (1.0 if gemma else 0.0)
     extra = _gemma3_hf_extra(config, folder, L, d, hd) if gemma else {}
     rope = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-    tokenizer = None
-    if (folder / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer = _folder_tokenizer(folder)
     try:
         return Decoder(
             folder.name, str(folder), embed, layers, final_norm, head, H, KV, hd, float(rope), float(config["rms_norm_eps"]), tokenizer, **extra

@@ -165,7 +165,10 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
     beta = 1.0 / math.sqrt(decoder.head_dim)
     hd = decoder.head_dim
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
-    cores = {b: rope_averaged_core(hd, b, rope_window) for b in set(bases)}
+    if decoder.positions == "rope":
+        cores = {b: rope_averaged_core(hd, b, rope_window) for b in set(bases)}
+    else:  # learned absolute positions (GPT-2) enter through the input, not the kernel
+        cores = dict.fromkeys(set(bases), torch.eye(hd, dtype=torch.float64))
     eye = torch.eye(hd, dtype=torch.float64)
     out = []
     for layer in range(len(decoder.layers)):
@@ -243,6 +246,11 @@ def leaders_of(P: np.ndarray, top: int = LEADERS_TOP) -> list[int]:
 def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> dict:
     """The particle twin of one layer against the real next layer (see the module docstring), and
     the leaders the twin's flow predicts (its attention after ``LEADERS_T``) against the real layer's."""
+    if decoder.norm_kind != "rms":
+        raise ValueError(
+            f"{decoder.name}: the particle twin is Pre-LN on the sphere (RMSNorm); its LayerNorm removes the mean and adds a bias, "
+            "which is not a projection on the sphere"
+        )
     x = fw.hidden[layer].double().numpy()
     real = fw.hidden[layer + 1].double().numpy()
     model = _twin_model(decoder, layer)
