@@ -309,13 +309,16 @@ def figures(result: Result) -> dict:
         b = len(a["s2_betas"]) - 1
         for k, deg in enumerate(a["s2_ls"]):
             series[rf"zonal solver, $\ell$ = {deg}"] = a[f"s2_solver_b{b}"][:, k]
-            points[f"particles, l = {deg} (mean of {a[f's2_moments_b{b}'].shape[1]} systems)"] = (a["s2_ts"], a[f"s2_moments_b{b}"][:, :, k].mean(1))
+            points[rf"particles, $\ell$ = {deg} (mean of {a[f's2_moments_b{b}'].shape[1]} systems)"] = (
+                a["s2_ts"],
+                a[f"s2_moments_b{b}"][:, :, k].mean(1),
+            )
         figs["s2_moments"] = plots.curves(
             a["s2_ts"],
             series,
             xlabel="t",
             ylabel=r"$E[P_\ell(u)]$",
-            title=f"S^2, beta = {a['s2_betas'][b]:g}: zonal moments, particles (d = 3) against the mean field",
+            title=rf"$S^2$, $\beta$ = {a['s2_betas'][b]:g}: particles (d = 3) against the mean field",
             points=points,
         )
     last = len(a["betas"]) - 1

@@ -296,14 +296,14 @@ def figures(result: Result) -> dict:
         series, points = {}, {}
         for beta in a["sphere_betas"]:
             series[rf"$\lambda_\ell$, $\beta$ = {beta:g} (SA, d = 3)"] = theory.growth_rates(float(beta), 3, fine)
-            points[f"particles, beta = {beta:g}"] = (ls, result.info["s2_rates"][f"particle beta={beta:g} SA"])
-            points[f"zonal solver, beta = {beta:g}"] = (ls, result.info["s2_rates"][f"meanfield beta={beta:g} SA"])
+            points[rf"particles, $\beta$ = {beta:g}"] = (ls, result.info["s2_rates"][f"particle beta={beta:g} SA"])
+            points[rf"zonal solver, $\beta$ = {beta:g}"] = (ls, result.info["s2_rates"][f"meanfield beta={beta:g} SA"])
         figs["growth_rates_s2"] = plots.curves(
             fine,
             series,
             xlabel=r"degree $\ell$",
             ylabel="growth rate",
-            title="SA on the sphere S^2: growth rates of the uniform state",
+            title=r"SA on the sphere $S^2$: growth rates of the uniform state",
             points=points,
         )
     betas = np.linspace(0.5, max(a["noise_betas"].max(), 30.0), 200)

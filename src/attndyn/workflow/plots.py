@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from attndyn.workflow.files import atomic_write_bytes
 # Okabe-Ito: a qualitative palette that stays distinguishable under the common colour-vision
 # deficiencies (sequential data uses viridis, which is too).
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+# the curves' colours: Okabe-Ito without its yellow, which is too faint on white for thin lines and hollow markers
+CURVE_COLORS = [c for c in OKABE_ITO if c != "#F0E442"]
+LEGEND_INSIDE = 5  # more legend entries than this go outside the axes, on the right, where they hide no data
 STYLE = {
     "font.size": 11,
     "font.family": "DejaVu Sans",
@@ -61,12 +65,53 @@ def _cmap(name: str):
     return matplotlib.colormaps[name]
 
 
+# plain-text names in titles, axis labels, legends and notes, written as mathtext when a figure is saved
+# (texts that already hold mathtext, a "$", are left alone)
+MATH_WORDS = [
+    (r"\blambda_k\b", r"$\\lambda_k$"),
+    (r"\blambda_l\b", r"$\\lambda_\\ell$"),
+    (r"\blambda_max\b", r"$\\lambda_{\\max}$"),
+    (r"\bbeta\b", r"$\\beta$"),
+    (r"\bkappa\b", r"$\\kappa$"),
+    (r"\brho0\b", r"$\\rho_0$"),
+    (r"\brho\b", r"$\\rho$"),
+    (r"\btheta\b", r"$\\theta$"),
+    (r"\bsqrt\(d\)", r"$\\sqrt{d}$"),
+    (r"\bS\^([12])\b", r"$S^\1$"),
+]
+
+
+def mathtext(text: str) -> str:
+    """``text`` with the plain names of :data:`MATH_WORDS` as mathtext (beta -> $\\beta$), unless it has some already."""
+    if "$" in text:
+        return text
+    for pattern, repl in MATH_WORDS:
+        text = re.sub(pattern, repl, text)
+    return text
+
+
+def _mathtext_figure(fig: Figure) -> None:
+    texts = [t for t in (getattr(fig, "_suptitle", None),) if t is not None]
+    for ax in fig.axes:
+        sides = [getattr(ax, name, None) for name in ("_left_title", "_right_title")]  # the left and right titles, when any
+        texts += [ax.title, *(t for t in sides if t is not None), ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        legend = ax.get_legend()
+        if legend is not None:
+            texts += list(legend.get_texts())
+            if legend.get_title() is not None:
+                texts.append(legend.get_title())
+    for t in texts:
+        t.set_text(mathtext(t.get_text()))
+
+
 def save(fig: Figure, path: str | Path, *, dpi: int = 120, vector: bool = True) -> Path:
     """Write ``fig`` as PNG at ``path`` and, with ``vector``, as SVG next to it (same stem), atomically.
 
-    Returns the PNG's path. Dense artists (images, meshes) stay raster inside the SVG.
+    Returns the PNG's path. Dense artists (images, meshes) stay raster inside the SVG. Plain names
+    in the texts (beta, lambda_k, S^2, ...) are written as mathtext first (:func:`mathtext`).
     """
     path = Path(path)
+    _mathtext_figure(fig)
     with matplotlib.rc_context(STYLE):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
@@ -456,7 +501,7 @@ def curves(
     """Lines ``series`` (label -> y over ``x``, or label -> (x, y) for a line with its own abscissae)
     and markers ``points`` (label -> (x, y)); optional reference levels ``hlines`` (label -> y)."""
     fig, ax = _subplots(figsize=(6, 4))
-    colors = OKABE_ITO
+    colors = CURVE_COLORS
     for k, (label, y) in enumerate(series.items()):
         lx, ly = y if isinstance(y, tuple) else (x, y)
         ax.plot(lx, ly, lw=1.5, label=label, color=colors[k % len(colors)])
@@ -473,7 +518,11 @@ def curves(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    entries = len(series) + len(points or {})
+    if entries > LEGEND_INSIDE:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=8, framealpha=0.9)
     return fig
 
 
