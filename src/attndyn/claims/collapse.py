@@ -109,6 +109,6 @@ def figures(result: Result) -> dict:
             slopes={"slope -1/2": (t, norm[sel][-1] * (t / t[-1]) ** -0.5), "slope -1": (t, pdev[sel][-1] * (t / t[-1]) ** -1.0)},
         ),
         "energy": plots.coordinates_vs_time(
-            ts, energy[:, None], levels={}, ylabel="int_0^t sum_i |x_i'|^2 ds", title="finite kinetic energy (e:finiteinegral)"
+            ts, energy[:, None], levels={}, ylabel="int_0^t sum_i |x_i'|^2 ds", title="the kinetic energy stays finite"
         ),
     }

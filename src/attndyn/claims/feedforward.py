@@ -76,5 +76,5 @@ def figures(result: Result) -> dict:
     figs = {}
     for sigma, wkind in ROWS:
         ts, z = result.arrays[f"ts_{sigma}_{wkind}"], result.arrays[f"z_{sigma}_{wkind}"][:, 0]
-        figs[f"{sigma}_{wkind}"] = plots.paths_with_hulls(ts, z, title=f"feed-forward: sigma = {sigma}, W = {wkind}")
+        figs[f"{sigma}_{wkind}"] = plots.paths_with_hulls(ts, z, title=f"feed-forward: sigma = {sigma}, W = {wkind}", limit_label=None)
     return figs

@@ -174,7 +174,7 @@ def figures(result: Result) -> dict:
     ex = _example(a, "V2")
     if ex is not None:
         ts, z, c = ex
-        fig = plots.paths_with_hulls(ts, z, title="V2: tokens approach two parallel lines (z-form)")
+        fig = plots.paths_with_hulls(ts, z, title="V2: tokens approach two parallel lines (z-form)", limit_label=None)
         phi_star, _, _ = geometry.left_eigenvector(np.array(V2))
         ax = fig.axes[0]
         xs = np.linspace(*ax.get_xlim(), 2)

@@ -81,4 +81,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
 
 def figures(result: Result) -> dict:
     a = result.arrays
-    return {"trajectories": plots.paths_with_hulls(a["ts"], a["z"][:, 0], title="complex leading pair, anisotropic Q^T K: z-paths (one seed)")}
+    return {
+        "trajectories": plots.paths_with_hulls(
+            a["ts"], a["z"][:, 0], title="complex leading pair, anisotropic Q^T K: z-paths (one seed)", limit_label=None
+        )
+    }

@@ -66,4 +66,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
 
 def figures(result: Result) -> dict:
     a = result.arrays
-    return {"trajectories": plots.paths_with_hulls(a["ts0"], a["z0"], title="V = I, random indefinite Q^T K (seed 0)")}
+    return {
+        "trajectories": plots.paths_with_hulls(
+            a["ts0"], a["z0"], title="V = I, random indefinite Q^T K (seed 0)", limit_label="hull at the last time"
+        )
+    }

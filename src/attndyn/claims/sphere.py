@@ -226,7 +226,7 @@ def figures(result: Result) -> dict:
     fig = plots.coordinates_vs_time(
         a["orth_ts"], off, levels={}, ylabel=r"$\langle x_i(t), x_j(t)\rangle$", title="orthogonal start: all pairs follow rho(t)"
     )
-    fig.axes[0].plot(a["orth_ts"], theory.equiangular(1.0, n, a["orth_ts"]), "--", color="#D55E00", lw=2, label="rho(t), eq: ybeta")
+    fig.axes[0].plot(a["orth_ts"], theory.equiangular(1.0, n, a["orth_ts"]), "--", color="#D55E00", lw=2, label="rho(t), the equiangular ODE")
     fig.axes[0].legend(fontsize=9)
     figs["orthogonal"] = fig
     ts, xs = a["b4_ts"], a["b4_x"]

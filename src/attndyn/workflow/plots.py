@@ -77,6 +77,8 @@ MATH_WORDS = [
     (r"\brho\b", r"$\\rho$"),
     (r"\btheta\b", r"$\\theta$"),
     (r"\bsqrt\(d\)", r"$\\sqrt{d}$"),
+    (r"\bE_beta\b", r"$E_\\beta$"),
+    (r"<x_i, x_j>", r"$\\langle x_i, x_j \\rangle$"),
     (r"\bS\^([12])\b", r"$S^\1$"),
 ]
 
@@ -258,7 +260,8 @@ def coordinates_vs_time(ts: np.ndarray, c: np.ndarray, *, levels: dict, ylabel: 
         ax.axhline(value, color="#D55E00", ls="--", lw=1)
         # a level named by its own value ("0", "1") is labelled once, not "0 = 0"
         label = name if name == f"{value:.4g}" else f"{name} = {value:.4g}"
-        ax.annotate(label, (ts[-1], value), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=9, color="#D55E00")
+        # outside the axes, on the right: the label never sits on the frame or on the curves
+        ax.annotate(label, (1.01, value), xycoords=("axes fraction", "data"), va="center", ha="left", fontsize=9, color="#D55E00")
     ax.set_xlabel("t")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -312,7 +315,7 @@ def counts_vs_time(ts: np.ndarray, counts: dict, *, ylabel: str, title: str, log
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if len(counts) > 1:
-        ax.legend(fontsize=8)
+        _legend(ax, len(counts))
     return fig
 
 
@@ -508,9 +511,9 @@ def curves(
     markers = "os^vDx+*"
     for k, (label, (px, py)) in enumerate((points or {}).items()):
         ax.plot(px, py, markers[k % len(markers)], ms=5, mfc="none", label=label, color=colors[(k + len(series)) % len(colors)])
-    for label, y in (hlines or {}).items():
+    for label, y in (hlines or {}).items():  # labelled outside the axes, on the right, where they cover no curve
         ax.axhline(y, color="gray", ls=":", lw=1)
-        ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="bottom")
+        ax.annotate(label, (1.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="center", ha="left")
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -518,12 +521,30 @@ def curves(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    entries = len(series) + len(points or {})
+    for axis, flag in ((ax.xaxis, logx), (ax.yaxis, logy)):
+        if flag:
+            _plain_log_ticks(axis)
+    _legend(ax, len(series) + len(points or {}), right=0.14 if hlines else 0.0)
+    return fig
+
+
+def _legend(ax, entries: int, *, right: float = 0.0) -> None:
+    """A legend inside the axes where it hides least, or outside on the right beyond ``right`` (axes
+    fraction, room for labels there) when it has more than :data:`LEGEND_INSIDE` entries."""
     if entries > LEGEND_INSIDE:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02 + right, 1.0), borderaxespad=0.0)
     else:
         ax.legend(fontsize=8, framealpha=0.9)
-    return fig
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-axis labels at 1, 2 and 5 times the powers of ten, written plainly (0.02, 50, 1e+06), and no
+    minor labels: matplotlib's minor labels collide when an axis spans about one decade."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 @styled
