@@ -185,7 +185,9 @@ CASES = [
     ),
     ("sim-long-with-dt", lambda w: ["simulate", w.config(SPHERE.replace('"rk4"', '"long"')), "--out", str(w.root / "o")], "long"),
     ("sim-seed-float", lambda w: ["simulate", w.config(CONFIG.replace("seed = 3", "seed = 1.5")), "--out", str(w.root / "o")], "seed"),
-    ("sim-threads-zero", lambda w: ["simulate", w.config(CONFIG + "threads = 0\n"), "--out", str(w.root / "o")], "threads"),
+    ("sim-threads-zero", lambda w: ["simulate", w.config("threads = 0\n" + CONFIG), "--out", str(w.root / "o")], "threads: Input should be greater"),
+    # a million threads made torch's OpenMP pool crash the process (a segmentation fault, found by the mutation test)
+    ("sim-threads-huge", lambda w: ["simulate", w.config("threads = 1000000\n" + CONFIG), "--out", str(w.root / "o")], "1024"),
     ("sim-dtype-128", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", 'd = 2\ndtype = "float128"')), "--out", str(w.root / "o")], "dtype"),
     (
         "sim-usa-overflow",
@@ -413,6 +415,7 @@ CASES = [
     ),
     # --- global --------------------------------------------------------------------------------
     ("threads-zero", lambda w: ["--threads", "0", "list"], "--threads"),
+    ("threads-huge", lambda w: ["--threads", "1000000", "list"], "1024"),
     ("unknown-command", lambda w: ["frobnicate"], "frobnicate"),
     ("unknown-option", lambda w: ["simulate", "--colour", "red"], "--colour"),
 ]

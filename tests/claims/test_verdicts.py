@@ -353,7 +353,7 @@ def test_boolean_1d_checks_fail_on_violations(monkeypatch):
     i, j = order[1], order[2]
     zz = a[f"z{k}"][-1, 0, :, 0]
     zz[j] = zz[i] + 0.9 * (zz[j] - zz[i])  # two tokens move closer at the end (v = q = 1)
-    assert failing(judged(cid, a), "(d) l:distnondec")
+    assert failing(judged(cid, a), "(d) distances")
 
     a = copy_arrays(cid)
     a[f"z{k}"][-1, 0] *= 1.01  # z has not converged
@@ -361,7 +361,7 @@ def test_boolean_1d_checks_fail_on_violations(monkeypatch):
 
     a = copy_arrays(cid)
     a[f"z{k}"][-1, 0, order[1:3]] = 1e-5  # two tokens stay near 0
-    assert failing(judged(cid, a), "(e) l:onlyone")
+    assert failing(judged(cid, a), "(e) at most one token")
 
     # (f) on rows whose -log(1 - P) grows 20 % slower than e^{v t}, and on the true rate
     from attndyn.claims.boolean_1d import row_rate_slopes
@@ -411,8 +411,8 @@ def test_model_equivalence_checks_fail_on_violations(monkeypatch):
         "M3 max|x(t)|": lambda a: a["tx"][-1].__imul__(100.0),
         "M4 Euler": lambda a: a.__setitem__("m4_euler", a["m4_ref"] + (a["m4_euler"] - a["m4_ref"]) * a["m4_dt"][:, None, None] / 0.1),
         "M5 X[mu_n](x_i)": lambda a: a["m5_engine"].__iadd__(1e-6),
-        "M5 e:bddinx": lambda a: a["m5_support"].__imul__(10.0),
-        "M5 e:lipinx": lambda a: a["m5_support"].__imul__(10.0),
+        "M5 bound": lambda a: a["m5_support"].__imul__(10.0),
+        "M5 Lipschitz bound": lambda a: a["m5_support"].__imul__(10.0),
         # the nearby solution claimed to start 1e-6 times closer: it then separates faster than e^{L t} allows
         "M6 W2(t)": lambda a: a.__setitem__("m6_y0", a["x0"] + 1e-6 * (a["m6_y0"] - a["x0"])),
         "feed-forward W = I": lambda a: a["ff_identity"].__iadd__(1e-9),

@@ -20,8 +20,8 @@ CLAIM = ClaimInfo(
         "In dimension 1 with V > 0 and QK > 0 and pairwise distinct initial tokens, P(t) converges to a matrix whose rows "
         "are e_1 or e_n (the attention goes to the smallest or the largest token, the leaders) except at most one row; "
         "for almost every initial sequence the limit has rank 1 or 2. Also judged: the order of the tokens is preserved, "
-        "|x_i - x_j| never decreases when v = q = 1 (l:distnondec), the unbounded tokens' z_i converge (l:exactasymptotic), "
-        "at most one token stays near 0 (l:onlyone), and every row's -log(1 - P_i,lead) grows like e^{c v t} with c in "
+        "|x_i - x_j| never decreases when v = q = 1, the unbounded tokens' z_i converge, "
+        "at most one token stays near 0 (the lemmas of §7), and every row's -log(1 - P_i,lead) grows like e^{c v t} with c in "
         "[0.9, 2.1]. The Boolean structure is judged at v T = 14, the end of the rate window: rows inside a "
         "leader's own cluster saturate only like e^{vt}, and at v T = 10 a few seeds still have two rows short of 1e-8."
     ),
@@ -116,13 +116,13 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             # (d) order preserved at every saved time
             ok["d"].append(not (np.diff(z[:, order], axis=1) <= 0).any())
             if v == 1.0 and q == 1.0:
-                # l:distnondec in x = e^{vt} z: |x_i - x_j| non-decreasing, to 1e-9 of the tokens' size
+                # distances in x = e^{vt} z: |x_i - x_j| non-decreasing, to 1e-9 of the tokens' size
                 # (x = e^{vt} z carries z's rounding, ~1e-16 |x| per operation, into the differences)
                 x = z * np.exp(v * ts)[:, None]
                 dist = np.abs(x[:, :, None] - x[:, None, :])
                 size = np.maximum(np.abs(x)[:, :, None], np.abs(x)[:, None, :])
                 ok["distnondec"].append(bool((np.diff(dist, axis=0) >= -1e-9 * size[1:]).all()))
-            # unbounded tokens: z_i converges (l:exactasymptotic); l:onlyone: at most one token near 0
+            # unbounded tokens: z_i converges; at most one token near 0 (the lemmas of §7)
             far = np.abs(z[kT]) >= 1e-3
             # (tolerance: 1e-3 of |z_i| plus 1e-5 of the data scale, for tokens whose small gamma_i is
             # still settling: with v = 2, q = 0.3 a few sit at |z| ~ 5e-3 moving by ~6e-6 at vT = 14)
@@ -136,9 +136,9 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         "(b) rows in the order e_1 ... (one other) ... e_n: failing seeds": every(ok["b"]),
         "(c) rank(P) in {1, 2} (rank 3 allowed with a bounded interior token): failing seeds": every(ok["c"]),
         "(d) order of the tokens preserved at every save: failing seeds": every(ok["d"]),
-        "(d) l:distnondec, v = q = 1: |x_i - x_j| non-decreasing (rel. 1e-9): failing seeds": every(ok["distnondec"]),
+        "(d) distances, v = q = 1: |x_i - x_j| non-decreasing (rel. 1e-9): failing seeds": every(ok["distnondec"]),
         "(e) z_i of unbounded tokens converged (|z_i(T) - z_i(T - 1/v)| <= 1e-3 |z_i| + 1e-5 scale): failing seeds": every(ok["converge"]),
-        "(e) l:onlyone: at most one token with |z_i(T)| < 1e-3: failing seeds": every(ok["e"]),
+        "(e) at most one token with |z_i(T)| < 1e-3: failing seeds": every(ok["e"]),
         "(f) slope of log(-log(1 - P_i,lead)) over t in [8/v, 14/v] in units of v, every row": every_within(slopes, 0.9, 2.1),
         "seeds with more than one row not yet Boolean to 1e-8 at v t = 10": report(
             fraction(early), "rows within a leader's own cluster saturate only like e^{vt}; checks (a)-(e) are judged at v t = 14"

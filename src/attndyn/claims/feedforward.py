@@ -1,4 +1,4 @@
-"""Open problem 2 (§12, eq: mlp.transfo): the feed-forward variant z' = W sigma(V sum_j P_ij (z_j - z_i))."""
+"""Open problem 2 (§12): the feed-forward variant z' = W sigma(V sum_j P_ij (z_j - z_i))."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="feedforward",
-    paper_ref="arXiv:2305.05465v6 §12, open problem 2 (eq: mlp.transfo, figure fig: last.pdf)",
+    paper_ref="arXiv:2305.05465v6 §12, open problem 2 (the feed-forward equation and its figure)",
     title="Feed-forward layers: three rows of the paper's figure",
     statement=(
         "With a feed-forward map, z_i' = W sigma(V sum_j P_ij (z_j - z_i)), the paper observes: with ReLU and W = I the "
@@ -41,7 +41,7 @@ def run(config: Config) -> Result:
     """The three rows of the paper's figure; the reported values are :func:`judge` of the saved arrays."""
     rng = np.random.default_rng(config.seed)
     z = rng.normal(size=(7, 2))
-    # W = I with sigma = id reproduces e:Rres exactly (judged in model-equivalence; reported here)
+    # W = I with sigma = id reproduces the rescaled attention equation exactly (judged in model-equivalence; reported here)
     arrays = {
         "id_base": ad.velocity(0.7, z, ad.Model(ad.Weights.from_value(V2), rescaled=True)),
         "id_ff": ad.velocity(0.7, z, ad.Model(ad.Weights(np.eye(2), np.eye(2), V2, ad.FeedForward(np.eye(2), "identity")), rescaled=True)),
@@ -59,7 +59,9 @@ def run(config: Config) -> Result:
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     phi_star, _, _ = geometry.left_eigenvector(V2)
     checks = {
-        "W = I, sigma = id reproduces e:Rres (max difference; judged in model-equivalence)": report(np.abs(arrays["id_base"] - arrays["id_ff"]).max())
+        "W = I, sigma = id reproduces the rescaled attention equation (max difference; judged in model-equivalence)": report(
+            np.abs(arrays["id_base"] - arrays["id_ff"]).max()
+        )
     }
     for sigma, wkind in ROWS:
         zs = arrays[f"z_{sigma}_{wkind}"]

@@ -12,16 +12,16 @@ from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
     id="model-equivalence",
-    paper_ref="arXiv:2305.05465v6 §1 (e:Rres, r:discreterescaling), §6 (lem: vectorfield.properties, e:w2estimate)",
+    paper_ref="arXiv:2305.05465v6 §1 (the rescaled variables and the discrete rescaling), §6 (the vector-field lemma and the W2 stability estimate)",
     title="The model: rescaling, discrete time, invariants, mean field and stability",
     statement=(
         "The rescaled tokens z = e^{-tV} x solve z' = sum_j P_ij V (z_j - z_i) with the same attention; the residual "
         "Transformer is forward Euler and its exact rescaling uses R = I + dt V; P is row-stochastic; the empirical measure "
-        "solves the continuity equation with the mean-field vector field, which obeys the bounds of lem: vectorfield.properties; "
+        "solves the continuity equation with the mean-field vector field, which obeys the bounds of the vector-field lemma (§6); "
         "solutions depend continuously on the data in W_2, with W_2(t) <= e^{L t} max_i |x_i(0) - y_i(0)| for the explicit "
-        "L = |V| (1 + 4 |Q^T K| R^2) that the bounds e:bddinx, e:lipinx and the weights' Lipschitz constant give. The exact "
-        "identities of the variants are judged here: the feed-forward map with W = I, sigma = id is e:Rres, and one head of "
-        "the multi-head layer is e:discreteequation."
+        "L = |V| (1 + 4 |Q^T K| R^2) that the paper's bound on |X| and its Lipschitz bound and the weights' Lipschitz constant give. The exact "
+        "identities of the variants are judged here: the feed-forward map with W = I, sigma = id is the rescaled attention equation, and one head of "
+        "the multi-head layer is the discrete-time layer equation."
     ),
     hypotheses="Any Q, K, V (random non-symmetric here).",
     kind="pass/fail",
@@ -80,7 +80,7 @@ def run(config: Config) -> Result:
     # M6: a nearby solution
     a["m6_y0"] = x0 + 1e-3 * rng.normal(size=x0.shape)
     a["ty"] = ad.simulate(ad.Model(W), a["m6_y0"], ts, solver=ad.Dopri5(), step=step).xs.numpy()
-    # identities of the variants: feed-forward W = I, sigma = id vs e:Rres; one head vs an independent NumPy loop
+    # identities of the variants: feed-forward W = I, sigma = id vs the rescaled equation; one head vs an independent NumPy loop
     z = rng.normal(size=(7, d))
     a["ff_z"] = z
     a["ff_base"] = ad.velocity(0.7, z, ad.Model(W, rescaled=True))
@@ -96,7 +96,7 @@ M5_R = 2.0
 
 
 def residual_numpy(Q: np.ndarray, K: np.ndarray, V: np.ndarray, x: np.ndarray, layers: int, dt: float) -> np.ndarray:
-    """e:discreteequation written out in NumPy (the independent reference for one head)."""
+    """The discrete-time layer equation written out in NumPy (the independent reference for one head)."""
     y = x.copy()
     for _ in range(layers):
         L = (y @ Q.T) @ (y @ K.T).T
@@ -160,8 +160,8 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
             1,
         )
         lip.append(np.linalg.norm(J, 2) / (2 * qk * vnorm * M5_R**2))
-    checks["M5 e:bddinx |X[mu](x)| / (|V| R), every draw"] = every_within(bound, 0.0, 1.0 + 1e-12)
-    checks["M5 e:lipinx |grad X[mu](x)| / (2 |Q^T K| |V| R^2), every draw (finite differences)"] = every_within(lip, 0.0, 1.0 + 1e-6)
+    checks["M5 bound |X[mu](x)| / (|V| R), every draw"] = every_within(bound, 0.0, 1.0 + 1e-12)
+    checks["M5 Lipschitz bound |grad X[mu](x)| / (2 |Q^T K| |V| R^2), every draw (finite differences)"] = every_within(lip, 0.0, 1.0 + 1e-6)
     # M6: W2(t) <= e^{L t} max_i |x_i(0) - y_i(0)| with L = |V| (1 + 4 |Q^T K| R^2), R the largest radius reached
     ty = a["ty"]
     dist = np.array([w2(p, q) for p, q in zip(tx, ty, strict=True)])
@@ -174,7 +174,9 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
     C = float(np.max(np.log(dist[1:] / dist[0]) / ts[1:]))
     checks["M6 fitted C in log(W2(t)/W2(0)) <= C t, against the explicit L"] = report(C, f"L = {L:.3g}")
     # identities of the variants
-    checks["feed-forward W = I, sigma = id reproduces e:Rres (max difference)"] = at_most(np.abs(a["ff_base"] - a["ff_identity"]).max(), 1e-12)
+    checks["feed-forward W = I, sigma = id reproduces the rescaled attention equation (max difference)"] = at_most(
+        np.abs(a["ff_base"] - a["ff_identity"]).max(), 1e-12
+    )
     ref = residual_numpy(Q, K, V, x0, 20, 0.1)
     checks["multi-head with H = 1 equals e:discreteequation (max relative difference after 20 layers)"] = at_most(
         np.abs(a["mh_ours"][-1] - ref).max() / np.abs(ref).max(), 1e-12

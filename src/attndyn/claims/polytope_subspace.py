@@ -20,7 +20,7 @@ CLAIM = ClaimInfo(
     ),
     hypotheses=(
         "V = diag(lambda I_p, M), rho(M) < lambda; Q^T K = I or SPD respecting the splitting (judged). Reported, because "
-        "the proof's e:boundrj needs Q^T K to respect the splitting: the orthogonal splitting with a generic "
+        "the proof's bound on r_j needs Q^T K to respect the splitting: the orthogonal splitting with a generic "
         "(not block-diagonal) SPD Q^T K, and a non-orthogonal splitting with generic SPD Q^T K."
     ),
     kind="pass/fail",

@@ -15,8 +15,8 @@ from attndyn.workflow import plots
 CLAIM = ClaimInfo(
     id="sphere",
     paper_ref=(
-        "arXiv:2312.10794 (A mathematical perspective on Transformers): thm: boumal, lem: dissipation, "
-        "lem: hemisphere.clustering, thm: orthogonal (eq: ybeta)"
+        "arXiv:2312.10794 (A mathematical perspective on Transformers): the single-cluster theorem (d >= 3), the energy "
+        "lemma, the hemisphere lemma and the orthogonal-start theorem (the equiangular ODE)"
     ),
     title="Tokens on the sphere: one cluster",
     statement=(
@@ -26,7 +26,7 @@ CLAIM = ClaimInfo(
         "every seed still split at T = 300 is k >= 2 tight clusters (diameter <= 1e-6) whose centres follow the k-point "
         "reduced ODE (point masses = cluster sizes / n) to 1e-6 over [300, 600]; E_beta non-decreasing along SA and USA; "
         "from a hemisphere, 1 - min_i <x_i, x*> decays at the linearised rate 2 (fitted in [1.8, 2.2]); pairwise orthogonal "
-        "tokens stay equiangular with cos(angle) solving eq: ybeta. Reported: beta = 9 times to one cluster against e^{2 beta}."
+        "tokens stay equiangular with cos(angle) solving the equiangular ODE. Reported: beta = 9 times to one cluster against e^{2 beta}."
     ),
     hypotheses="Q = K = V = I_d on S^{d-1}; d = 3, n = 32 uniform starts (20 seeds); orthogonal starts with d = n.",
     kind="pass/fail",
@@ -192,7 +192,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         n = xs.shape[-1]
         off = np.einsum("tid,tjd->tij", xs, xs)[:, ~np.eye(n, dtype=bool)]
         g = theory.equiangular(1.0, n, ts, usa=flow == "usa")
-        checks[f"orthogonal start ({flow.upper()}, n = d = {n}): max |<x_i, x_j> - rho(t)| (eq: ybeta), every pair and time"] = at_most(
+        checks[f"orthogonal start ({flow.upper()}, n = d = {n}): max |<x_i, x_j> - rho(t)| (equiangular ODE), every pair and time"] = at_most(
             np.abs(off - g[:, None]).max(), 1e-8, n=off.size
         )
     ts, xs = arrays["hemi_ts"], arrays["hemi_x"]

@@ -38,6 +38,9 @@ import torch
 CROSSOVER = 2.5e5
 BATCH_CROSSOVER = 2e4
 ENV = "ATTNDYN_THREADS"
+# The most threads one may ask for: torch's OpenMP pool crashes the process (a segmentation fault, not an
+# error) when asked for a million threads, and no machine this runs on has more than this many cores.
+MAX_THREADS = 1024
 # The window over which other processes' CPU use is read when no recent reading exists (seconds):
 # /proc/stat counts in 10 ms ticks, so 50 ms gives five ticks a core (20 ms, two, misread a
 # competitor as half a core often enough to choose two threads beside it).
@@ -54,7 +57,7 @@ def cores() -> int:
 
 
 def check_threads(value: object, name: str = "threads") -> int:
-    """A thread count as a positive int; ValueError naming ``name`` otherwise."""
+    """A thread count as an int in 1..MAX_THREADS; ValueError naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"{name} = {value!r} must be a positive integer")
     try:
@@ -63,6 +66,8 @@ def check_threads(value: object, name: str = "threads") -> int:
         raise ValueError(f"{name} = {value!r} must be a positive integer") from None
     if k < 1:
         raise ValueError(f"{name} = {value!r} must be a positive integer")
+    if k > MAX_THREADS:
+        raise ValueError(f"{name} = {k} is more than {MAX_THREADS} threads (this machine has {cores()} cores)")
     return k
 
 

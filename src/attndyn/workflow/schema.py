@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from attndyn.core.dynamics import Geometry, Kernel, Mask, Normalization, Scheme
 from attndyn.core.errors import UserError
 from attndyn.core.solvers import SolverName
+from attndyn.core.threads import MAX_THREADS
 
 
 class Strict(BaseModel):
@@ -171,7 +172,7 @@ class SimulationConfig(Strict):
     solver: SolverSpec
     # Intra-op threads of the integration (None: the thread policy of attndyn.core.threads). Not
     # part of the mathematics: a run's results do not depend on it beyond rounding.
-    threads: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
 
 
 class ConfigError(UserError):
