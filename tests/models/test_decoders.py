@@ -348,6 +348,24 @@ def test_attention_measures_on_constructed_attention():
     assert m["boolean_distance"] == pytest.approx(np.median([0.0, 0.5]))
 
 
+def test_the_layer_twins_with_rope_and_feedforward_are_the_real_layer(tmp_path):
+    """layer_twins with RoPE and the feed-forward block on: the one-step twin is the real next layer (to
+    rounding), each part switched off changes it, and the flow over unit time is resolved by its 8 RK4 steps."""
+    from attndyn.models import decoder_geometry as geo
+
+    _, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    dec = read_hf_llama(folder)
+    fw = forward(dec, IDS, dtype=torch.float64)
+    for layer in (0, 1):
+        x, real = fw.hidden[layer], fw.hidden[layer + 1].numpy()
+        step, flow = geo.layer_twins(dec, x, layer, rope=True, ffn=True)
+        np.testing.assert_allclose(step, real, rtol=1e-12, atol=1e-12)
+        for rope, ffn in ((False, True), (True, False)):
+            assert np.abs(geo.layer_twins(dec, x, layer, rope=rope, ffn=ffn)[0] - real).max() > 1e-5  # rounding is 1e-16
+        fine = geo.layer_twins(dec, x, layer, rope=True, ffn=True, steps=32)[1]
+        assert np.abs(flow - fine).max() < 1e-6 * np.abs(fine).max()
+
+
 def test_twin_of_a_layer_equals_the_attention_sublayer_without_rope(tmp_path):
     """The particle model the twin builds (Pre-LN on the sphere, RMSNorm folded into Q, K, V, causal,
     grouped heads) moves the tokens by exactly the decoder's attention sublayer when RoPE is off."""

@@ -97,7 +97,8 @@ def decoder_report(
     summary = []
     for k in twin_layers:
         rows = [t for t in twins if t["layer"] == k]
-        keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees")
+        keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees",
+                *(f"{kind}_{name}" for name, _, _ in geo.VARIANTS for kind in ("one_step", "flow")))  # fmt: skip
         summary.append({key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k})
     depth = np.arange(L + 1)
     col = lambda key: np.array([r.get(key, np.nan) for r in layers])  # noqa: E731
@@ -175,7 +176,8 @@ def render(r: dict) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{_num(row.get(k))}</td>" for k in keys) + "</tr>" for row in r["per_layer"])
     twin = "".join(
         f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td>"
-        f"<td>{_num(t.get('leader_overlap'))}</td><td>{_num(t.get('top_leader_agrees'))}</td></tr>"
+        + "".join(f"<td>{_num(t.get(f'{kind}_{name}'))}</td>" for name in ("rope", "ffn", "rope_ffn") for kind in ("one_step", "flow"))
+        + f"<td>{_num(t.get('leader_overlap'))}</td><td>{_num(t.get('top_leader_agrees'))}</td></tr>"
         for t in r["twin"]
     )
     hk = [
@@ -207,8 +209,13 @@ def render(r: dict) -> str:
         "<p>Leaders: the three tokens that receive the most attention, in the real layer and in the twin's attention after its flow "
         "to t = 8 (the paper's Boolean limit, where a few leader columns take all the weight): their overlap, and the share of "
         "prompts where the top leader agrees.</p>"
-        f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th><th>leader overlap</th>"
-        f"<th>top leader agrees</th></tr>{twin}</table>"
+        "<p>The layer's own maps beside it: with RoPE, with the feed-forward block, and with both (one residual step, "
+        "attention then feed-forward as in the network, and the flow x' = attn(x) + ffn(x) over unit time). With both on, "
+        "the step is the real layer, so its discrepancy is rounding: the columns show what the positions and the "
+        "feed-forward block add to the attention alone.</p>"
+        f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
+        "<th>step + RoPE</th><th>flow + RoPE</th><th>step + FFN</th><th>flow + FFN</th><th>step + both</th><th>flow + both</th>"
+        f"<th>leader overlap</th><th>top leader agrees</th></tr>{twin}</table>"
         f"<h2>Per head ({len(r['per_head'])} heads)</h2>{_regime_sentence(r)}{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
     )

@@ -197,6 +197,55 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast) -> tuple:
+    """Layer ``k_layer``'s attention sub-layer on the residual stream ``x`` ``(n, d)``: its output (to be added
+    to ``x``) and its attention ``(H, n, n)``. ``rope``: the (cos, sin) tables, or None to leave positions
+    out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype."""
+    layer, (n, _) = decoder.layers[k_layer], x.shape
+    H, KV, hd = decoder.heads, decoder.kv_heads, decoder.head_dim
+    h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
+    q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q)).view(n, H, hd).transpose(0, 1)
+    k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k)).view(n, KV, hd).transpose(0, 1)
+    v = _plus(h @ cast(layer.W_v).T, cast(layer.b_v)).view(n, KV, hd).transpose(0, 1)
+    if layer.q_norm is not None:
+        q = rms_norm(q, cast(layer.q_norm), decoder.eps)
+    if layer.k_norm is not None:
+        k = rms_norm(k, cast(layer.k_norm), decoder.eps)
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    P = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)  # subtracts the row maximum
+    out = _plus((P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T, cast(layer.b_o))
+    if layer.post_attn_norm is not None:
+        out = rms_norm(out, cast(layer.post_attn_norm), decoder.eps)
+    return out, P
+
+
+def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast) -> torch.Tensor:
+    """Layer ``k_layer``'s feed-forward sub-layer on ``x`` ``(n, d)``: its output, to be added to ``x``."""
+    layer = decoder.layers[k_layer]
+    act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
+    h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias))
+    if layer.gate is None:  # GPT-2's ungated block
+        out = _plus(act(_plus(h @ cast(layer.up).T, cast(layer.b_up))) @ cast(layer.down).T, cast(layer.b_down))
+    else:
+        out = (act(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
+    if layer.post_ffn_norm is not None:
+        out = rms_norm(out, cast(layer.post_ffn_norm), decoder.eps)
+    return out
+
+
+def layer_masks(decoder: Decoder, n: int, device: str | torch.device = "cpu") -> list[torch.Tensor]:
+    """Each layer's boolean ``(n, n)`` mask: causal, and within its sliding window where it has one."""
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    out = []
+    for k in range(len(decoder.layers)):
+        w = decoder.windows[k] if decoder.windows else None
+        out.append(causal if w is None else causal & ~torch.ones(n, n, dtype=torch.bool, device=device).tril(-w))
+    return out
+
+
 def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> Forward:
     """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring)."""
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device)
@@ -208,7 +257,7 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
     if dtype not in (torch.float64, torch.float32):
         raise TypeError(f"dtype {dtype} is not float64 or float32")
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
-    n, H, KV, hd = ids_t.numel(), decoder.heads, decoder.kv_heads, decoder.head_dim
+    n, hd = ids_t.numel(), decoder.head_dim
     x = cast(decoder.embed)[ids_t]
     if decoder.embed_scale != 1.0:
         x = x * torch.tensor(decoder.embed_scale, dtype=dtype, device=device)
@@ -219,42 +268,13 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
         x = x + cast(decoder.pos_embed)[:n]
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
     tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    masks = {None: causal}
-    for w in set(decoder.windows or ()) - {None}:
-        masks[w] = causal & ~torch.ones(n, n, dtype=torch.bool, device=device).tril(-w)
-    act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
+    masks = layer_masks(decoder, n, device)
     hidden, attentions = [x], []
-    for k_layer, layer in enumerate(decoder.layers):
-        mask = masks[decoder.windows[k_layer] if decoder.windows else None]
-        h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
-        q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q)).view(n, H, hd).transpose(0, 1)
-        k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k)).view(n, KV, hd).transpose(0, 1)
-        v = _plus(h @ cast(layer.W_v).T, cast(layer.b_v)).view(n, KV, hd).transpose(0, 1)
-        if layer.q_norm is not None:
-            q = rms_norm(q, cast(layer.q_norm), decoder.eps)
-        if layer.k_norm is not None:
-            k = rms_norm(k, cast(layer.k_norm), decoder.eps)
-        if rope:
-            cos, sin = tables[bases[k_layer]]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-        scores = scores.masked_fill(~mask, -math.inf)
-        P = torch.softmax(scores, dim=-1)  # subtracts the row maximum
+    for k_layer in range(len(decoder.layers)):
+        out, P = attention_sublayer(decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast)
         attentions.append(P)
-        out = _plus((P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T, cast(layer.b_o))
-        if layer.post_attn_norm is not None:
-            out = rms_norm(out, cast(layer.post_attn_norm), decoder.eps)
         x = x + out
-        h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias))
-        if layer.gate is None:  # GPT-2's ungated block
-            out = _plus(act(_plus(h @ cast(layer.up).T, cast(layer.b_up))) @ cast(layer.down).T, cast(layer.b_down))
-        else:
-            out = (act(h @ cast(layer.gate).T) * (h @ cast(layer.up).T)) @ cast(layer.down).T
-        if layer.post_ffn_norm is not None:
-            out = rms_norm(out, cast(layer.post_ffn_norm), decoder.eps)
-        x = x + out
+        x = x + feedforward_sublayer(decoder, k_layer, x, cast)
         hidden.append(x)
     logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)

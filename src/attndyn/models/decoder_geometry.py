@@ -31,6 +31,10 @@ Contract
   (nothing moves) and the best multiple of the layer's beta for the one-step twin; and the leaders
   (the three columns that receive the most attention, :func:`column_mass`) that the twin's flow
   predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees.
+  Beside the particle twin, ``layer_twins`` runs the layer's own maps with RoPE on and/or the
+  feed-forward block on (one residual step and the flow over unit time): with both on, the step is the
+  real layer (its discrepancy is rounding), which separates what the attention alone explains from what
+  the positions and the feed-forward block add.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ import torch
 from attndyn.analysis.clusters import stable_cluster_count
 from attndyn.core.dynamics import Model, attention_matrix, velocity
 from attndyn.core.simulation import simulate
-from attndyn.core.solvers import RK4, FixedStep
+from attndyn.core.solvers import RK4, FixedStep, integrate
 from attndyn.core.weights import Weights
-from attndyn.models.decoder import Decoder, Forward, head_weights
+from attndyn.models.decoder import Decoder, Forward, attention_sublayer, feedforward_sublayer, head_weights, layer_masks, rope_tables
 from attndyn.models.token_geometry import effective_rank, mean_cosine
 
 SINK_THRESHOLD = 0.3  # Gu et al.: mean attention on the first token above this marks a sink head
@@ -221,6 +225,35 @@ def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0) -> Model:
     return Model(weights, beta=scale / math.sqrt(decoder.head_dim), mask="causal", geometry="sphere", scheme="pre")
 
 
+VARIANTS = (("rope", True, False), ("ffn", False, True), ("rope_ffn", True, True))
+
+
+def layer_twins(decoder: Decoder, x: torch.Tensor, layer: int, *, rope: bool, ffn: bool, steps: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """The layer's own maps (RoPE on or off, the feed-forward block on or off) from the hidden state ``x``:
+    one residual step (attention, then the feed-forward block on its result, as in the network) and the
+    continuous flow x' = attn(x) (+ ffn(x)) over unit time (RK4, ``steps`` steps). With both on, the
+    step is the real layer itself."""
+    x = x.double()
+    n, cast = x.shape[0], (lambda t: None if t is None else t.to(dtype=torch.float64))
+    mask = layer_masks(decoder, n)[layer]
+    tables = None
+    if rope and decoder.positions == "rope":
+        base = (decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers))[layer]
+        tables = rope_tables(n, decoder.head_dim, base, dtype=torch.float64, device="cpu")
+
+    def attn(y: torch.Tensor) -> torch.Tensor:
+        return attention_sublayer(decoder, layer, y, tables, mask, cast)[0]
+
+    def field(y: torch.Tensor) -> torch.Tensor:
+        return attn(y) + (feedforward_sublayer(decoder, layer, y, cast) if ffn else 0.0)
+
+    step = x + attn(x)
+    if ffn:
+        step = step + feedforward_sublayer(decoder, layer, step, cast)
+    flow = integrate(lambda t, y, _: field(y), x, [0.0, 1.0], None, solver=RK4(), controller=FixedStep(1.0 / steps))
+    return step.numpy(), flow.xs[-1].numpy()
+
+
 def _discrepancy(pred: np.ndarray, real: np.ndarray) -> float:
     cos = (pred * real).sum(1) / (np.linalg.norm(pred, axis=1) * np.linalg.norm(real, axis=1))
     return float(np.mean(1 - cos))
@@ -262,11 +295,17 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
     real_leaders = leaders_of(fw.attentions[layer].double().numpy())
     by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s)), real) for s in scales}
     best = min(by_scale, key=by_scale.get)
+    variants = {}
+    for name, rope, ffn in VARIANTS:
+        v_step, v_flow = layer_twins(decoder, fw.hidden[layer], layer, rope=rope, ffn=ffn)
+        variants[f"one_step_{name}"] = _discrepancy(v_step, real)
+        variants[f"flow_{name}"] = _discrepancy(v_flow, real)
     return {
         "layer": layer,
         "identity": _discrepancy(x, real),
         "one_step": _discrepancy(step, real),
         "flow": _discrepancy(flow, real),
+        **variants,
         "best_beta_multiple": float(best),
         "best_one_step": by_scale[best],
         "real_leaders": real_leaders,
