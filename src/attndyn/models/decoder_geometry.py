@@ -30,7 +30,8 @@ Contract
   compared with the real next layer by the mean of ``1 - cos`` over tokens, beside the identity
   (nothing moves) and the best multiple of the layer's beta for the one-step twin; and the leaders
   (the three columns that receive the most attention, :func:`column_mass`) that the twin's flow
-  predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees.
+  predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees,
+  and the cluster count of the twin's tokens then against the network's at the next and last layers.
   Beside the particle twin, ``layer_twins`` runs the layer's own maps with RoPE on and/or the
   feed-forward block on (one residual step and the flow over unit time): with both on, the step is the
   real layer (its discrepancy is rounding), which separates what the attention alone explains from what
@@ -292,6 +293,12 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
     late = simulate(model, x, [0.0, LEADERS_T], solver=RK4(), step=FixedStep(0.5)).numpy()[1][-1]  # leaders need no fine steps
     theta = late / np.linalg.norm(late, axis=-1, keepdims=True)  # Pre-LN attends at the directions
     twin_leaders = leaders_of(attention_matrix(model, theta).numpy())
+    last = fw.hidden[-1].double().numpy()
+    counts = {  # clusters of the unit tokens: the twin's late state against the network's next and last layers
+        "twin_clusters": stable_cluster_count(theta, scale=2.0, rel_min=1e-3).count,
+        "network_clusters_next": stable_cluster_count(real / np.linalg.norm(real, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).count,
+        "network_clusters_last": stable_cluster_count(last / np.linalg.norm(last, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).count,
+    }
     real_leaders = leaders_of(fw.attentions[layer].double().numpy())
     by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s)), real) for s in scales}
     best = min(by_scale, key=by_scale.get)
@@ -310,6 +317,7 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         "best_one_step": by_scale[best],
         "real_leaders": real_leaders,
         "twin_leaders": twin_leaders,
+        **counts,
         "leader_overlap": len(set(real_leaders) & set(twin_leaders)) / LEADERS_TOP,
         "top_leader_agrees": bool(real_leaders[0] == twin_leaders[0]),
     }
