@@ -372,7 +372,7 @@ def eigen_coordinates(ts: np.ndarray, coords: np.ndarray, eigenvalues: np.ndarra
 
 @styled
 def write_gif(
-    path: str | Path, setup: Callable, update: Callable, n_frames: int, *, figsize: tuple[float, float] = (4.5, 4.5), fps: int = 8, dpi: int = 72
+    path: str | Path, setup: Callable, update: Callable, n_frames: int, *, figsize: tuple[float, float] = (5.0, 5.0), fps: int = 8, dpi: int = 100
 ) -> Path:
     """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
 
