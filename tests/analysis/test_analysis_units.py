@@ -261,3 +261,27 @@ def test_the_sweep_measure_and_analyze_count_a_collapse_alike(rng):
     three = np.vstack([c + rng.normal(0, 1e-6, (10, 2)) for c in ([0, 0], [5, 0], [0, 5])])
     xs = np.stack([rng.normal(0, 4.0, (30, 2)), three])
     assert cluster_count(np.array([0.0, 1.0]), xs, None, {"cluster_tol": 1e-3}) == 3.0
+
+
+def test_low_rank_spectra_equal_the_dense_ones():
+    """A trained head's V = W_O W_V has rank d_head: eigenvalues and the top left/right eigenvectors come
+    from the reduced problem of range_basis, and equal numpy's dense ones (non-zero part to 1e-12)."""
+    from attndyn.analysis import geometry as g
+
+    rng = np.random.default_rng(4)
+    d, r = 160, 12
+    # V = A C B^T with different column and row spaces, C chosen so that the eigenvalues are 3, 0.2..1 and 0
+    A, B, S = rng.normal(size=(d, r)), rng.normal(size=(d, r)), rng.normal(size=(r, r))
+    C = S @ np.diag(np.r_[3.0, np.linspace(0.2, 1.0, r - 1)]) @ np.linalg.inv(S) @ np.linalg.inv(B.T @ A)
+    V = A @ C @ B.T
+    assert g.range_basis(V) is not None
+    assert g.range_basis(rng.normal(size=(d, d))) is None  # full rank: the dense path
+    w, dense = g.eigenvalues(V), np.linalg.eigvals(V)
+    big = lambda x: np.sort_complex(x[np.abs(x) > 1e-9])  # noqa: E731
+    np.testing.assert_allclose(big(w), big(dense), rtol=1e-12, atol=1e-12)
+    assert (np.abs(w) <= 1e-12).sum() == d - r  # the zero eigenvalues, exactly
+    phi_star, lam, phi = g.left_eigenvector(V)
+    assert lam == pytest.approx(3.0, rel=1e-12)
+    np.testing.assert_allclose(phi_star @ V, lam * phi_star, atol=1e-11)
+    np.testing.assert_allclose(V @ phi, lam * phi, atol=1e-11)
+    assert phi_star @ phi == pytest.approx(1.0, rel=1e-12)

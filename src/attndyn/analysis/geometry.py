@@ -99,22 +99,69 @@ def random_directions(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return u / np.linalg.norm(u, axis=1, keepdims=True)
 
 
+LOW_RANK_FROM = 64  # matrices from this size on are tried for low rank (a trained head's V = W_O W_V has rank d_head)
+LOW_RANK_TOL = 1e-12  # the range basis must reproduce the matrix to this relative Frobenius error
+
+
+@functools.lru_cache(maxsize=32)
+def _range_basis_of(shape: tuple[int, ...], data: bytes) -> np.ndarray | None:
+    a = np.frombuffer(data, dtype=np.float64).reshape(shape)
+    d = shape[0]
+    if len(shape) != 2 or shape[1] != d or d < LOW_RANK_FROM:
+        return None
+    omega = np.random.default_rng(0).standard_normal((d, d // 2))  # a fixed sketch: the same basis every call
+    U, _ = np.linalg.qr(a @ omega)
+    norm = np.linalg.norm(a)
+    if norm == 0 or np.linalg.norm(a - U @ (U.T @ a)) > LOW_RANK_TOL * norm:
+        return None
+    U.setflags(write=False)
+    return U
+
+
+def range_basis(a: np.ndarray) -> np.ndarray | None:
+    """An orthonormal ``U`` (d x d/2) whose span holds the column space of the square matrix ``a`` (so
+    ``a = U U^T a`` to 1e-12 relative), found from a fixed random sketch, or None when ``a`` is small or
+    its rank exceeds d/2. Then the non-zero eigenvalues of ``a`` are those of ``U^T a U`` (d/2 x d/2),
+    and the rest are 0: a trained head's V = W_O W_V (rank d_head) costs an eighth of a dense eigensolve."""
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return _range_basis_of(a.shape, a.tobytes())
+
+
 @functools.lru_cache(maxsize=32)
 def _eigvals_of(shape: tuple[int, ...], data: bytes) -> np.ndarray:
-    w = np.linalg.eigvals(np.frombuffer(data, dtype=np.float64).reshape(shape))
+    a = np.frombuffer(data, dtype=np.float64).reshape(shape)
+    U = _range_basis_of(shape, data)
+    if U is None:
+        w = np.linalg.eigvals(a)
+    else:
+        w = np.concatenate([np.linalg.eigvals(U.T @ a @ U), np.zeros(shape[0] - U.shape[1])])
     w.setflags(write=False)
     return w
 
 
 def eigenvalues(a: np.ndarray) -> np.ndarray:
-    """``np.linalg.eigvals`` of a float64 matrix, memoised by content (the regime tests ask for the
-    spectrum of the same V several times; a 384 x 384 eigensolve costs ~60 ms). Read-only result."""
+    """The eigenvalues of a float64 matrix (``np.linalg.eigvals``, or the reduced problem of
+    :func:`range_basis` for a low-rank one), memoised by content (the regime tests ask for the spectrum
+    of the same V several times; a 384 x 384 eigensolve costs ~30 ms). Read-only result."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     return _eigvals_of(a.shape, a.tobytes())
 
 
 def _eig_sorted(V):
-    w, vl, vr = sla.eig(V, left=True, right=True)
+    """Eigenvalues by decreasing modulus with left and right eigenvectors (columns). For a low-rank V
+    (:func:`range_basis`): with M = U^T V and C = M U, a right eigenvector of C gives U u for V and a left
+    one z gives M^T z, for the same non-zero eigenvalue; the zero eigenvalues come last, without vectors
+    (their columns are zero: callers use the top eigenpair)."""
+    U = range_basis(V)
+    if U is None:
+        w, vl, vr = sla.eig(V, left=True, right=True)
+    else:
+        M = U.T @ V
+        c, zl, zr = sla.eig(M @ U, left=True, right=True)
+        d, k = V.shape[0], len(c)
+        w = np.concatenate([c, np.zeros(d - k)])
+        vr = np.concatenate([U @ zr, np.zeros((d, d - k))], 1)
+        vl = np.concatenate([M.T @ zl, np.zeros((d, d - k))], 1)
     order = np.argsort(-np.abs(w), kind="stable")
     return w[order], vl[:, order], vr[:, order]
 
