@@ -15,9 +15,15 @@ from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
 
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
-MFL, MS, NORM = "mean-field-limit", "mode-selection", "normalization"
+MFL, MS, NORM, HM = "mean-field-limit", "mode-selection", "normalization", "hardmax"
 
 SENSITIVITY = {
+    HM: [
+        ({"hardmax_beta": 50.0}, {}, ["self-argmax tokens"]),
+        ({"coupling": 1 + 1e-6}, {}, ["tokens with a fixed vertex", "geometric decay"]),
+        ({"coupling": 1 - 1e-6}, {}, ["tokens with a fixed vertex", "geometric decay"]),
+        ({"anisotropy": 1e-6}, {}, ["collinearity"]),
+    ],
     NORM: [
         ({"beta_factor": 1 + 1e-9}, {}, ["every scheme and pair"]),
         ({"decay_beta_factor": 1 + 1e-6}, {}, ["Post-LN: |rho(t)"]),
@@ -75,7 +81,7 @@ SENSITIVITY = {
 
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
-    "polytope-subspace", "high-dimensional", "sphere", "causal", "hardmax",
+    "polytope-subspace", "high-dimensional", "sphere", "causal",
     "phase-diagram", "metastability",
 }  # fmt: skip
 

@@ -469,8 +469,12 @@ def test_hardmax_checks_fail_on_violations():
     assert failing(checks, "geometric decay")
 
     a = copy_arrays(cid)
-    a["finite_z_32"], a["finite_z_2"] = a["finite_z_2"].copy(), a["finite_z_32"].copy()  # larger beta tracks worse
-    assert failing(judged(cid, a), "finite beta")
+    a["z"][-1, 0, vertex] += 1e-12  # a vertex moves by far more than rounding
+    assert failing(judged(cid, a), "self-argmax tokens")
+
+    # the finite-beta comparison is reported: no small error moves a qualitative trend
+    (finite,) = [c for name, c in judged(cid, copy_arrays(cid)).items() if name.startswith("finite beta")]
+    assert finite.passed is None
 
 
 # --- high-dimensional ---------------------------------------------------------------------------
