@@ -15,9 +15,16 @@ from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
 
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
-MFL, MS, NORM, HM = "mean-field-limit", "mode-selection", "normalization", "hardmax"
+MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
 SENSITIVITY = {
+    CAUSAL: [
+        ({"mask": "full"}, {}, ["Q = K = I: x_1 stationary", "random Q, K: x_1 stationary"]),
+        ({"coupling": 0.1}, {}, ["Q = K = I: every token within 1e-6"]),
+        ({"beta_factor": 1 + 1e-6}, {}, ["Q = K = I: token 2's angle"]),
+        ({"beta_factor": 1 - 1e-6}, {}, ["Q = K = I: token 2's angle"]),
+        ({"rtol": 1e-5}, {}, ["Q = K = I: token 2's integration error"]),
+    ],
     HM: [
         ({"hardmax_beta": 50.0}, {}, ["self-argmax tokens"]),
         ({"coupling": 1 + 1e-6}, {}, ["tokens with a fixed vertex", "geometric decay"]),
@@ -81,7 +88,7 @@ SENSITIVITY = {
 
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
-    "polytope-subspace", "high-dimensional", "sphere", "causal",
+    "polytope-subspace", "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
 

@@ -448,6 +448,17 @@ def test_causal_checks_fail_on_violations():
     a["x1"][-1, 0, 0] = -a["x1"][-1, 0, 0]
     assert failing(judged(cid, a), "random Q, K: x_1 stationary")
 
+    a = copy_arrays(cid)
+    normal = np.cross(a["x0"][50, 3, 0], [0.3, -0.5, 0.8])
+    x = a["x0"][50, 3, 1] + 1e-7 * normal / np.linalg.norm(normal)  # token 2 of one seed turned by 1e-7 off its ODE at one save
+    a["x0"][50, 3, 1] = x / np.linalg.norm(x)
+    # a saved state off its run looks like integration error: the bound on it fails
+    assert failing(judged(cid, a), "Q = K = I: token 2's integration error")
+    a = copy_arrays(cid)
+    a["fine_angle"][50, 3] += 1e-7  # the two runs agree, but both are off the ODE: the integration error is small, the angle wrong
+    a["x0"][50, 3, 1] = x / np.linalg.norm(x)
+    assert failing(judged(cid, a), "Q = K = I: token 2's angle")
+
 
 def test_hardmax_checks_fail_on_violations():
     cid = "hardmax"
