@@ -93,7 +93,12 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         drift = np.abs(xs[:, :, 0] - xs[0, :, 0]).max((0, 2))  # per seed
         gap = 1 - np.einsum("sid,sd->si", xs[-1], xs[0, :, 0]).min(1)
         checks[f"{label}: x_1 stationary, max_t |x_1(t) - x_1(0)|, every seed"] = every_within(
-            drift, 0.0, ROUNDING, "the budget is rounding (64 eps)", detects="the full mask in place of the causal one"
+            drift,
+            0.0,
+            ROUNDING,
+            "the budget is rounding (64 eps)",
+            cases=[f"seed {s}" for s in range(len(drift))],
+            detects="the full mask in place of the causal one",
         )
         if k == 0:
             checks[f"{label}: every token within 1e-6 of x_1(0) at T = {ts[-1]:g} (1 - <x_k, x_1(0)>): failing seeds"] = every(
@@ -103,7 +108,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             err = np.stack([np.abs(theta[:, s] - token2_angle(1.0, float(theta[0, s]), ts)) for s in range(theta.shape[1])], 1)
             integration = np.abs(theta - arrays["fine_angle"])
             checks[f"{label}: token 2's integration error (against the same run at 100x tighter tolerance), every seed and save"] = (
-                every_within(integration[1:].ravel(), 0.0, INTEGRATION_TOL, "3x the measured 4.8e-10", detects="rtol 1e-5 instead of 1e-9")
+                every_within(integration[1:].ravel(), 0.0, INTEGRATION_TOL, "3x the measured 4.8e-10", detects="rtol 1e-5 instead of 1e-9",
+                             cases=[f"t = {t:g}, seed {s}" for t in ts[1:] for s in range(integration.shape[1])])
             )  # fmt: skip
             budget = 3.0 * (float(integration.max()) + ODE_FLOOR)
             checks[f"{label}: token 2's angle to x_1 against its exact ODE, every seed and save"] = every_within(

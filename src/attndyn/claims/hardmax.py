@@ -72,13 +72,15 @@ def run(config: Config) -> Result:
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     ts, zs = arrays["ts"], arrays["z"]
     z0 = zs[0]
-    drift, line_ratio, collinear, ratio_err = [], [], [], []
+    drift, line_ratio, collinear, ratio_err, vertices, movers = [], [], [], [], [], []
     for s in range(zs.shape[1]):
         z = z0[s]
         target = (z @ z.T).argmax(1)
         fixed = target == np.arange(len(z))
         drift.extend(np.abs(zs[:, s][:, fixed] - z[fixed]).max((0, 2)))
+        vertices.extend(f"seed {s}, token {i}" for i in np.flatnonzero(fixed))
         for i in np.flatnonzero(~fixed & fixed[target]):  # tokens whose vertex is fixed
+            movers.append(f"seed {s}, token {i}")
             sv = z[target[i]]
             path = zs[:, s, i]
             line_ratio.append(np.abs(path - (sv + np.outer(np.exp(-ts), z[i] - sv))).max() / np.linalg.norm(z[i] - sv))
@@ -104,21 +106,24 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     scale = float(np.abs(zs).max())
     checks = {
         "self-argmax tokens (cell vertices) stationary: drift, every vertex token": every_within(
-            drift, 0.0, ROUNDING * scale, "the budget is rounding (64 eps of the coordinates)", detects="a finite beta = 50 in place of the limit"
+            drift, 0.0, ROUNDING * scale, "the budget is rounding (64 eps of the coordinates)", cases=vertices,
+            detects="a finite beta = 50 in place of the limit",
         ),
         "tokens with a fixed vertex: |z_i(t) - (s_i + (z_i(0) - s_i) e^{-t})| / RK4's error bound, every token": every_within(
-            np.asarray(line_ratio) / line_budget, 0.0, 3.0, f"RK4's bound e^-1 h^4 / 120 |z0 - s| at h = {h:g}", detects="V off by 1e-6 (relative)"
+            np.asarray(line_ratio) / line_budget, 0.0, 3.0, f"RK4's bound e^-1 h^4 / 120 |z0 - s| at h = {h:g}", cases=movers,
+            detects="V off by 1e-6 (relative)",
         ),
         "collinearity residual |(z_i(t) - s_i) x (z_i(0) - s_i)| / |z_i(0) - s_i|^2, every token": every_within(
             collinear,
             0.0,
             COLLINEAR_TOL,
             "3x the worst rounding over six seeds (6.1e-14)",
+            cases=movers,
             detects="an anisotropic V (an off-diagonal entry of 1e-6)",
         ),
         "geometric decay |log(d(t+dt)/d(t)) + dt|, every token and save": every_within(
             ratio_err, 0.0, 3 * per_save * rk4_rate_error(h), f"3x RK4's exact per-save error ({per_save} steps of {rk4_rate_error(h):.2g})",
-            detects="V off by 1e-6 (relative)",
+            cases=movers, detects="V off by 1e-6 (relative)",
         ),
         "finite beta = 2, 8, 32: deviation from hardmax on t in [0, 1], per beta": report(
             devs[-1], "decreasing with beta: " + ", ".join(f"{d:.3g}" for d in devs) + " (reported: qualitative, no small error moves it)"
