@@ -72,7 +72,7 @@ def run(config: Config) -> Result:
     identity = ad.Weights(np.eye(3), np.eye(3), config.coupling * np.eye(3))
     for k, W in enumerate((identity, ad.Weights(rng.normal(size=(3, 3)), rng.normal(size=(3, 3)), np.eye(3)))):
         T = config.T if k == 0 else config.T_random
-        model = ad.Model(W, beta=config.beta_factor, geometry="sphere", mask=config.mask)
+        model = ad.Model(W, beta=1.0 * config.beta_factor, geometry="sphere", mask=config.mask)  # beta = 1 in the claim
         x0 = unit_rows(rng.normal(size=(config.seeds, config.n, 3)))
         ts = np.linspace(0, T, 101)
         step = ad.AdaptiveStep(rtol=config.rtol, atol=config.rtol * 1e-2)

@@ -105,7 +105,7 @@ def run(config: Config) -> Result:
     # decay rates from an orthogonal start (unit radii)
     for name, scheme, T, logt in (("post", "post", 12.0, False), ("pre", config.pre_scheme, 400.0, True)):
         ts = np.concatenate([[0.0], np.geomspace(0.01, T, 400)]) if logt else np.linspace(0.0, T, 401)
-        model = _model(config, scheme, 4, beta=config.decay_beta_factor)
+        model = _model(config, scheme, 4, beta=1.0 * config.decay_beta_factor)  # beta = 1 in the claim
         traj = ad.simulate(model, np.eye(4), ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-10, atol=1e-12))
         x = traj.numpy()[1]
         u = x / np.linalg.norm(x, axis=-1, keepdims=True)

@@ -167,14 +167,6 @@ def solve_sphere(
     return ZonalSolution(np.asarray(sol.ts), sol.xs.numpy(), int(sol.stats["steps"]))
 
 
-def rates(beta: float, ls: np.ndarray | list[int], *, usa: bool = False) -> np.ndarray:
-    """The solver's linear rates l (l + 1) K_l / (beta K_0) (SA) or l (l + 1) K_l / beta (USA), read from its kernel."""
-    ls = np.asarray(ls, dtype=np.int64)
-    k, kb = kernel(int(ls.max()), beta, usa)
-    lap = ls * (ls + 1)
-    return lap * kb[ls] / (1.0 if usa else k[0])
-
-
 def zonal_density(kind: str, L: int, **params) -> np.ndarray:
     """Legendre coefficients (a_0 = 1) of an initial zonal density. Kinds and their parameters:
 
