@@ -17,7 +17,15 @@ from tests.tiny_claims import TINY, tiny_result
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
+POLY = "polytope"
+
 SENSITIVITY = {
+    POLY: [
+        ({"v_scale": 1 + 1e-6}, {}, ["(a) hull", "(b) z_i(t) in conv"]),
+        ({"v_scale": 1 - 1e-6}, {}, ["(a) hull"]),
+        ({"t_factor": 0.7}, {}, ["(c) |z(T)", "(d) S-equation"]),
+        ({"t_factor": 0.5}, {}, ["(d) limit in dK", "(e) P(T) Boolean", "(e) leader"]),
+    ],
     CAUSAL: [
         ({"mask": "full"}, {}, ["Q = K = I: x_1 stationary", "random Q, K: x_1 stationary"]),
         ({"coupling": 0.1}, {}, ["Q = K = I: every token within 1e-6"]),
@@ -87,7 +95,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "model-equivalence", "boolean-1d", "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control",
+    "model-equivalence", "boolean-1d", "collapse", "hyperplanes", "hyperplanes-negative-control",
     "polytope-subspace", "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
