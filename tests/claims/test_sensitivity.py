@@ -17,9 +17,10 @@ from tests.tiny_claims import TINY, tiny_result
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
-POLY = "polytope"
+POLY, COLL = "polytope", "collapse"
 
 SENSITIVITY = {
+    COLL: [({"v_last": 1e-3}, {}, ["max|x(4t)|", "max|P - 1/n| at 4t", "max_i |x_i| non-increasing", "conclusion: max_i", "conclusion: max |P(T)"])],
     POLY: [
         ({"v_scale": 1 + 1e-6}, {}, ["(a) hull", "(b) z_i(t) in conv"]),
         ({"v_scale": 1 - 1e-6}, {}, ["(a) hull"]),
@@ -95,7 +96,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "model-equivalence", "boolean-1d", "collapse", "hyperplanes", "hyperplanes-negative-control",
+    "model-equivalence", "boolean-1d", "hyperplanes", "hyperplanes-negative-control",
     "polytope-subspace", "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
