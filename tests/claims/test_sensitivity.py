@@ -17,9 +17,21 @@ from tests.tiny_claims import TINY, tiny_result
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
-POLY, COLL = "polytope", "collapse"
+POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    HP: [
+        ({"v_error": 1e-6}, {}, ["(a) max_j c_j", "(b) |c_i(T)", "(c) at most 3", "(d) distance"]),
+        ({"v_error": 1e-3}, {}, ["l:nottoofassst"]),
+        ({"t_factor": 0.5}, {}, ["(b) |c_i(T)"]),
+        ({"phi_form": -1e-6}, {}, ["good triples classified"]),
+        ({"nonneg_shift": 0.43}, {}, ["c:bounded"]),
+    ],
+    HPN: [
+        ({"split": 1 + 1e-6}, {}, ["regime() of this triple"]),
+        ({"a": 0.25}, {}, ["movement over [T-1, T]"]),
+        ({"a": 0.5, "b": 0.0}, {}, ["movement over [T/2-1, T/2]"]),
+    ],
     COLL: [({"v_last": 1e-3}, {}, ["max|x(4t)|", "max|P - 1/n| at 4t", "max_i |x_i| non-increasing", "conclusion: max_i", "conclusion: max |P(T)"])],
     POLY: [
         ({"v_scale": 1 + 1e-6}, {}, ["(a) hull", "(b) z_i(t) in conv"]),
@@ -96,7 +108,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "model-equivalence", "boolean-1d", "hyperplanes", "hyperplanes-negative-control",
+    "model-equivalence", "boolean-1d",
     "polytope-subspace", "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
