@@ -20,6 +20,11 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "polytope-subspace": [
+        ({"v_error": 1e-6}, {}, ["conv{pi_F z_i}"]),
+        ({"v_error": -1e-6}, {}, ["conv{pi_F z_i}"]),
+        ({"t_factor": 0.7}, {}, ["pi_F z_i(T) within"]),
+    ],
     HP: [
         ({"v_error": 1e-6}, {}, ["(a) max_j c_j", "(b) |c_i(T)", "(c) at most 3", "(d) distance"]),
         ({"v_error": 1e-3}, {}, ["l:nottoofassst"]),
@@ -109,7 +114,7 @@ SENSITIVITY = {
 
 NOT_YET_POWERED = {
     "model-equivalence", "boolean-1d",
-    "polytope-subspace", "high-dimensional", "sphere",
+    "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
 
