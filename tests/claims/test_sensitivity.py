@@ -20,6 +20,12 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "boolean-1d": [
+        ({}, {"S_FINAL": 10.0}, ["(a) at most one", "(e) z_i of unbounded"]),
+        ({}, {"S_FINAL": 8.0}, ["(c) rank(P)"]),
+        ({"v_error": 1e-6}, {}, ["(d) distances"]),
+        ({"q_factor": -0.01}, {}, ["(f) slope"]),
+    ],
     "polytope-subspace": [
         ({"v_error": 1e-6}, {}, ["conv{pi_F z_i}"]),
         ({"v_error": -1e-6}, {}, ["conv{pi_F z_i}"]),
@@ -113,7 +119,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "model-equivalence", "boolean-1d",
+    "model-equivalence",
     "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip

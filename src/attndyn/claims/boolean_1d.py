@@ -19,10 +19,11 @@ CLAIM = ClaimInfo(
     statement=(
         "In dimension 1 with V > 0 and QK > 0 and pairwise distinct initial tokens, P(t) converges to a matrix whose rows "
         "are e_1 or e_n (the attention goes to the smallest or the largest token, the leaders) except at most one row; "
-        "for almost every initial sequence the limit has rank 1 or 2. Also judged: the order of the tokens is preserved, "
-        "|x_i - x_j| never decreases when v = q = 1, the unbounded tokens' z_i converge, "
-        "at most one token stays near 0 (the lemmas of §7), and every row's -log(1 - P_i,lead) grows like e^{c v t} with c in "
-        "[0.9, 2.1]. The Boolean structure is judged at v T = 14, the end of the rate window: rows inside a "
+        "for almost every initial sequence the limit has rank 1 or 2. Also judged: |x_i - x_j| never decreases when "
+        "v = q = 1, the unbounded tokens' z_i converge (the lemmas of §7), and every row's -log(1 - P_i,lead) grows like e^{c v t} with c in "
+        "[0.9, 2.1]. Reported, because they are structural in d = 1 (no small error of the dynamics changes them): the "
+        "order of the rows, the order of the tokens, and at most one token near 0. The Boolean structure is judged at "
+        "v T = 14, the end of the rate window: rows inside a "
         "leader's own cluster saturate only like e^{vt}, and at v T = 10 a few seeds still have two rows short of 1e-8."
     ),
     hypotheses="d = 1; V = v > 0; QK = q > 0; distinct initial tokens.",
@@ -35,6 +36,10 @@ class Config(ExperimentConfig):
     ns: list[int] = [5, 10, 20]
     seeds: int = 30
     steps_per_unit: int = 100  # RK4 steps per unit of s = v t
+    # perturbations the sensitivity tests make: the dynamics run with v (1 + v_error) and q q_factor while the judge
+    # uses v and q
+    v_error: float = 0.0
+    q_factor: float = 1.0
 
 
 QUICK = {"ns": [5, 10], "seeds": 20}
@@ -56,7 +61,8 @@ def run(config: Config) -> Result:
         T = S_FINAL / v
         for n in config.ns:
             x0 = rng.uniform(-1, 1, (config.seeds, n, 1))
-            ts, zs = simulate_batch(model_for(v, q), x0, T, dt=1.0 / (v * config.steps_per_unit), saves=141, engine=config)
+            model = model_for(v * (1 + config.v_error), q * config.q_factor)
+            ts, zs = simulate_batch(model, x0, T, dt=1.0 / (v * config.steps_per_unit), saves=141, engine=config)
             arrays |= {f"ts{k}": ts, f"z{k}": zs, f"vq{k}": np.array([v, q])}
             k += 1
     checks, info = judge(arrays, config)
@@ -131,15 +137,27 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             ok["e"].append(int((~far).sum()) <= 1)
             if gaps is not None:
                 slopes.extend(row_rate_slopes(ts[window], gaps[:, s], v))
+    # (b), the order and the near-0 count are structural in d = 1 (solutions of a scalar ODE system cannot cross; the
+    # pattern follows from (a) with ordered tokens): no small error of the dynamics moves them, so they are reported
+    structural = "structural in d = 1: no perturbation of v, q or T tried (1e-6 to 3x) changes it; a swap of two saved tokens does"
+    early = "the run stopped at v T = 10 instead of 14"
     checks = {
-        "(a) at most one non-Boolean row, every Boolean row led by an extreme token: failing seeds": every(ok["a"]),
-        "(b) rows in the order e_1 ... (one other) ... e_n: failing seeds": every(ok["b"]),
-        "(c) rank(P) in {1, 2} (rank 3 allowed with a bounded interior token): failing seeds": every(ok["c"]),
-        "(d) order of the tokens preserved at every save: failing seeds": every(ok["d"]),
-        "(d) distances, v = q = 1: |x_i - x_j| non-decreasing (rel. 1e-9): failing seeds": every(ok["distnondec"]),
-        "(e) z_i of unbounded tokens converged (|z_i(T) - z_i(T - 1/v)| <= 1e-3 |z_i| + 1e-5 scale): failing seeds": every(ok["converge"]),
-        "(e) at most one token with |z_i(T)| < 1e-3: failing seeds": every(ok["e"]),
-        "(f) slope of log(-log(1 - P_i,lead)) over t in [8/v, 14/v] in units of v, every row": every_within(slopes, 0.9, 2.1),
+        "(a) at most one non-Boolean row, every Boolean row led by an extreme token: failing seeds": every(ok["a"], detects=early),
+        "(b) rows in the order e_1 ... (one other) ... e_n: failing seeds": report(len(ok["b"]) - sum(ok["b"]), structural),
+        "(c) rank(P) in {1, 2} (rank 3 allowed with a bounded interior token): failing seeds": every(
+            ok["c"], detects="the run stopped at v T = 8 instead of 14"
+        ),
+        "(d) order of the tokens preserved at every save: failing seeds": report(len(ok["d"]) - sum(ok["d"]), structural),
+        "(d) distances, v = q = 1: |x_i - x_j| non-decreasing (rel. 1e-9): failing seeds": every(
+            ok["distnondec"], detects="v off by 1e-6 in the dynamics (the judge rescales with the stated v)"
+        ),
+        "(e) z_i of unbounded tokens converged (|z_i(T) - z_i(T - 1/v)| <= 1e-3 |z_i| + 1e-5 scale): failing seeds": every(
+            ok["converge"], detects=early
+        ),
+        "(e) at most one token with |z_i(T)| < 1e-3: failing seeds": report(len(ok["e"]) - sum(ok["e"]), structural),
+        "(f) slope of log(-log(1 - P_i,lead)) over t in [8/v, 14/v] in units of v, every row": every_within(
+            slopes, 0.9, 2.1, detects="q of the wrong sign at 1 % of its size in the dynamics (q -> -0.01 q)"
+        ),
         "seeds with more than one row not yet Boolean to 1e-8 at v t = 10": report(
             fraction(early), "rows within a leader's own cluster saturate only like e^{vt}; checks (a)-(e) are judged at v t = 14"
         ),
