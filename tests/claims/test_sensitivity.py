@@ -20,6 +20,13 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "model-equivalence": [
+        ({"v_factor": 1 + 1e-9}, {}, ["M1 |x(t)", "M1 |P_x(t)", "M2 R^k z^k = x^k, dt = 0.1", "M5 X[mu_n]", "multi-head with H = 1"]),
+        ({"v_factor": 1 + 1e-6}, {}, ["M2 R^k z^k = x^k, dt = 0.5"]),
+        ({"v_factor": 1 + 3e-3}, {}, ["M4 Euler"]),
+        ({"v_factor": 6.0}, {}, ["M3 |x_i'|"]),
+        ({"ff_scale": 1 + 1e-9}, {}, ["feed-forward W = I"]),
+    ],
     "boolean-1d": [
         ({}, {"S_FINAL": 10.0}, ["(a) at most one", "(e) z_i of unbounded"]),
         ({}, {"S_FINAL": 8.0}, ["(c) rank(P)"]),
@@ -119,7 +126,6 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "model-equivalence",
     "high-dimensional", "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip

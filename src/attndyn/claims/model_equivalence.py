@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
+from scipy.integrate import solve_ivp
 from scipy.optimize import linear_sum_assignment
 
 import attndyn as ad
@@ -33,6 +34,11 @@ class Config(ExperimentConfig):
     d: int = 3
     weight_std: float = 0.3
     T: float = 2.0
+    # the perturbation the sensitivity tests make: every engine call runs with V v_factor, while the judge and
+    # the NumPy references use V
+    v_factor: float = 1.0
+    # and the feed-forward identity's W = ff_scale I
+    ff_scale: float = 1.0
 
 
 QUICK: dict = {}
@@ -51,7 +57,7 @@ def run(config: Config) -> Result:
     rng = np.random.default_rng(config.seed)
     n, d = config.n, config.d
     Q, K, V = (rng.normal(0, config.weight_std, (d, d)) for _ in range(3))
-    W = ad.Weights(Q, K, V)
+    W = ad.Weights(Q, K, config.v_factor * V)
     x0 = rng.normal(size=(n, d))
     a = {"Q": Q, "K": K, "V": V, "x0": x0}
     # M1: x and z integrated independently
@@ -67,7 +73,11 @@ def run(config: Config) -> Result:
     # M3: the engine's velocities along the x trajectory
     a["m3_vel"] = np.stack([ad.velocity(0.0, x, ad.Model(W)) for x in a["tx"]])
     # M4: Euler (residual layers) at T = 1 against a tight reference
-    a["m4_ref"] = ad.simulate(ad.Model(W), x0, [0, 1.0], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-13)).xs[-1].numpy()
+    # (the reference is SciPy's DOP853 on the NumPy field, independent of the engine)
+    ref = solve_ivp(
+        lambda t, y: field_mean(Q, K, V, y.reshape(n, d), y.reshape(n, d)).ravel(), (0.0, 1.0), x0.ravel(), method="DOP853", rtol=1e-12, atol=1e-13
+    )
+    a["m4_ref"] = ref.y[:, -1].reshape(n, d)
     a["m4_dt"] = np.array(M4_STEPS)
     a["m4_euler"] = np.stack([ad.residual_layers(ad.Model(W), x0, round(1 / dt), step_size=dt).xs[-1].numpy() for dt in M4_STEPS])
     # M5: the engine's field at the initial tokens; random supports and points in the ball of radius R
@@ -84,8 +94,9 @@ def run(config: Config) -> Result:
     z = rng.normal(size=(7, d))
     a["ff_z"] = z
     a["ff_base"] = ad.velocity(0.7, z, ad.Model(W, rescaled=True))
-    a["ff_identity"] = ad.velocity(0.7, z, ad.Model(ad.Weights(Q, K, V, ad.FeedForward(np.eye(d), "identity")), rescaled=True))
-    a["mh_ours"] = ad.residual_layers(ad.Model(ad.Weights(Q[None], K[None], V[None])), x0, 20, step_size=0.1).xs.numpy()
+    ff = ad.Weights(Q, K, config.v_factor * V, ad.FeedForward(config.ff_scale * np.eye(d), "identity"))
+    a["ff_identity"] = ad.velocity(0.7, z, ad.Model(ff, rescaled=True))
+    a["mh_ours"] = ad.residual_layers(ad.Model(ad.Weights(Q[None], K[None], config.v_factor * V[None])), x0, 20, step_size=0.1).xs.numpy()
     checks, info = judge(a, config)
     return Result(CLAIM, checks, config.model_dump(), a, info)
 
@@ -93,6 +104,7 @@ def run(config: Config) -> Result:
 M2_STEPS = (0.1, 0.5)
 M4_STEPS = (0.1, 0.05, 0.025)
 M5_R = 2.0
+M1_TOL = 3e-11  # 3x the relative tolerance (1e-11) of the two independent runs
 
 
 def residual_numpy(Q: np.ndarray, K: np.ndarray, V: np.ndarray, x: np.ndarray, layers: int, dt: float) -> np.ndarray:
@@ -123,8 +135,10 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
         np.abs(ad.attention_matrix(ad.Model(W), tx[k])[0].numpy() - ad.attention_matrix(ad.Model(W, rescaled=True), tz[k], t=t)[0].numpy()).max()
         for k, t in enumerate(ts)
     ]
-    checks["M1 |x(t) - e^{tV} z(t)| / |x(t)| at every save"] = every_within(rel, 0.0, 1e-7)
-    checks["M1 |P_x(t) - P_z(t)| at every save"] = every_within(pdiff, 0.0, 1e-7)
+    # M1's band: 3x the two runs' relative tolerance (measured: 8.7e-13 and 8.5e-14)
+    v_off = "the engine's V off by 1e-9 (the judge and the NumPy references use V)"
+    checks["M1 |x(t) - e^{tV} z(t)| / |x(t)| at every save (3x the solvers' rtol)"] = every_within(rel, 0.0, M1_TOL, detects=v_off)
+    checks["M1 |P_x(t) - P_z(t)| at every save (3x the solvers' rtol)"] = every_within(pdiff, 0.0, M1_TOL, detects=v_off)
     # M2
     for dt in M2_STEPS:
         xs, zs = a[f"m2_x_{dt}"], a[f"m2_z_{dt}"]
@@ -133,22 +147,32 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
         # The z-recursion evaluates attention at R^k z^k; when R expands some directions and contracts others, that
         # product cancels and float64 can only deliver ~eps * cond(R^k). The identity is checked to 1e-10 or to that floor.
         cond = max(np.linalg.cond(np.linalg.matrix_power(R, k)) for k in range(len(xs)))
-        floor = max(1e-10, 10 * np.finfo(float).eps * cond)
-        checks[f"M2 R^k z^k = x^k, dt = {dt} (relative to |x^k|), every layer"] = every_within(err, 0.0, floor)
+        floor = max(64 * np.finfo(float).eps, 10 * np.finfo(float).eps * cond)
+        power = v_off if floor < 1e-9 else v_off.replace("1e-9", "1e-6")
+        checks[f"M2 R^k z^k = x^k, dt = {dt} (relative to |x^k|), every layer"] = every_within(err, 0.0, floor, detects=power)
     # M3 (the growth bound excludes t = 0, where it is an identity)
     Ps = np.stack([ad.attention_matrix(ad.Model(W), x)[0].numpy() for x in tx])
-    checks["M3 rows of P sum to 1 (max deviation), every row and save"] = at_most(np.abs(Ps.sum(-1) - 1).max(), 1e-12, n=Ps.shape[0] * Ps.shape[1])
+    # reported: an identity of the softmax that no perturbation of the model changes
+    checks["M3 rows of P sum to 1 (max deviation), every row and save"] = report(
+        np.abs(Ps.sum(-1) - 1).max(), "an identity of the normalisation: no perturbation of Q, K, V or beta moves it"
+    )
     vnorm = np.linalg.norm(V, 2)
     speed = np.linalg.norm(a["m3_vel"], axis=-1).max(-1) / (vnorm * np.linalg.norm(tx, axis=-1).max(-1))
-    checks["M3 |x_i'| / (|V| max_j |x_j|), every save"] = every_within(speed, 0.0, 1.0 + 1e-12)
+    checks["M3 |x_i'| / (|V| max_j |x_j|), every save"] = every_within(
+        speed, 0.0, 1.0 + 1e-12, detects="the engine's V scaled by 6 (the bound is not tight: 0.17 of it measured)"
+    )
     growth = np.linalg.norm(tx, axis=-1).max(-1)[1:] / (np.exp(vnorm * ts[1:]) * np.linalg.norm(x0, axis=-1).max())
-    checks["M3 max|x(t)| / (e^{|V| t} max|x(0)|), every save t > 0"] = every_within(growth, 0.0, 1.0 + 1e-12)
+    checks["M3 max|x(t)| / (e^{|V| t} max|x(0)|), every save t > 0"] = report(
+        float(growth.max()), "a loose bound: the engine's V scaled by 6 still meets it"
+    )
     # M4
     errs = np.abs(a["m4_euler"] - a["m4_ref"]).max((-1, -2))
-    checks["M4 Euler error ratios e(dt)/e(dt/2) (first order: 2)"] = every_within(errs[:-1] / errs[1:], 1.7, 2.3)
+    checks["M4 Euler error ratios e(dt)/e(dt/2) (first order: 2)"] = every_within(
+        errs[:-1] / errs[1:], 1.7, 2.3, detects="the engine's V off by 3e-3 against SciPy's reference on the NumPy field"
+    )
     # M5
     checks["M5 X[mu_n](x_i) = sum_j P_ij V x_j (max difference)"] = at_most(
-        np.abs(field_mean(Q, K, V, x0, x0) - a["m5_engine"]).max(), 1e-13, n=x0.shape[0]
+        np.abs(field_mean(Q, K, V, x0, x0) - a["m5_engine"]).max(), 1e-13, n=x0.shape[0], detects=v_off
     )
     qk = np.linalg.norm(Q.T @ K, 2)
     bound, lip = [], []
@@ -160,26 +184,29 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
             1,
         )
         lip.append(np.linalg.norm(J, 2) / (2 * qk * vnorm * M5_R**2))
-    checks["M5 bound |X[mu](x)| / (|V| R), every draw"] = every_within(bound, 0.0, 1.0 + 1e-12)
-    checks["M5 Lipschitz bound |grad X[mu](x)| / (2 |Q^T K| |V| R^2), every draw (finite differences)"] = every_within(lip, 0.0, 1.0 + 1e-6)
+    # the lemma's bounds, evaluated with the NumPy field: loose inequalities, reported with their room
+    checks["M5 bound |X[mu](x)| / (|V| R), largest over the draws"] = report(max(bound), "the lemma's bound (1 at most)")
+    checks["M5 Lipschitz bound |grad X[mu](x)| / (2 |Q^T K| |V| R^2), largest over the draws (finite differences)"] = report(
+        max(lip), "the lemma's bound (1 at most)"
+    )
     # M6: W2(t) <= e^{L t} max_i |x_i(0) - y_i(0)| with L = |V| (1 + 4 |Q^T K| R^2), R the largest radius reached
     ty = a["ty"]
     dist = np.array([w2(p, q) for p, q in zip(tx, ty, strict=True)])
     R = max(np.linalg.norm(tx, axis=-1).max(), np.linalg.norm(ty, axis=-1).max())
     L = vnorm * (1 + 4 * qk * R**2)
     start = np.linalg.norm(x0 - a["m6_y0"], axis=-1).max()
-    checks["M6 W2(t) / (e^{L t} max_i |x_i(0) - y_i(0)|), explicit L, every save"] = every_within(
-        np.exp(np.minimum(np.log(dist / start) - L * ts, 700.0)), 0.0, 1.0
+    checks["M6 W2(t) / (e^{L t} max_i |x_i(0) - y_i(0)|), explicit L, largest over the saves"] = report(
+        float(np.exp(np.minimum(np.log(dist / start) - L * ts, 700.0)).max()), "the stability bound (1 at most): loose, largest at t = 0"
     )
     C = float(np.max(np.log(dist[1:] / dist[0]) / ts[1:]))
     checks["M6 fitted C in log(W2(t)/W2(0)) <= C t, against the explicit L"] = report(C, f"L = {L:.3g}")
     # identities of the variants
     checks["feed-forward W = I, sigma = id reproduces the rescaled attention equation (max difference)"] = at_most(
-        np.abs(a["ff_base"] - a["ff_identity"]).max(), 1e-12
+        np.abs(a["ff_base"] - a["ff_identity"]).max(), 1e-12, detects="W = (1 + 1e-9) I in the feed-forward map"
     )
     ref = residual_numpy(Q, K, V, x0, 20, 0.1)
     checks["multi-head with H = 1 equals e:discreteequation (max relative difference after 20 layers)"] = at_most(
-        np.abs(a["mh_ours"][-1] - ref).max() / np.abs(ref).max(), 1e-12
+        np.abs(a["mh_ours"][-1] - ref).max() / np.abs(ref).max(), 1e-12, detects=v_off
     )
     return checks, {"Euler errors": errs.tolist(), "L": float(L), "W2": dist.tolist()}
 
