@@ -20,6 +20,11 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "high-dimensional": [
+        ({"v_error": 1e-9}, {}, ["Thm 4.2: the top eigen-coordinate converged", "Thm 4.2: every token's"]),
+        ({"v_error": 1e-6}, {}, ["Thm 4.2: distinct limits"]),
+        ({"rival": 1e-6}, {}, ["the top eigenvalue is real"]),
+    ],
     "model-equivalence": [
         ({"v_factor": 1 + 1e-9}, {}, ["M1 |x(t)", "M1 |P_x(t)", "M2 R^k z^k = x^k, dt = 0.1", "M5 X[mu_n]", "multi-head with H = 1"]),
         ({"v_factor": 1 + 1e-6}, {}, ["M2 R^k z^k = x^k, dt = 0.5"]),
@@ -126,7 +131,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "high-dimensional", "sphere",
+    "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
 
