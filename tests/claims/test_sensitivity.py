@@ -20,6 +20,12 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "sphere": [
+        ({"beta_factor": 1 + 1e-6}, {}, ["beta = 4, seeds split at T: cluster centres", "orthogonal start (SA", "orthogonal start (USA"]),
+        ({"beta_factor": 1.5}, {}, ["beta = 4: every seed in one cluster"]),
+        ({"T": 20.0}, {}, ["beta = 4, seeds split at T = "]),
+        ({"v_skew": 1e-3}, {}, ["hemisphere: fitted decay rate"]),
+    ],
     "high-dimensional": [
         ({"v_error": 1e-9}, {}, ["Thm 4.2: the top eigen-coordinate converged", "Thm 4.2: every token's"]),
         ({"v_error": 1e-6}, {}, ["Thm 4.2: distinct limits"]),
@@ -131,7 +137,6 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "sphere",
     "phase-diagram", "metastability",
 }  # fmt: skip
 

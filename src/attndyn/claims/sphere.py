@@ -21,12 +21,14 @@ CLAIM = ClaimInfo(
     title="Tokens on the sphere: one cluster",
     statement=(
         "On the unit sphere (x_i' = P_{x_i}(sum_j P_ij x_j), Q = K = V = I), for d >= 3 and any beta, almost every initial "
-        "configuration converges to a single cluster (a t -> infinity statement). Judged: beta = 1, "
-        "every seed in one cluster by T = 300; beta = 4, every seed in one cluster by T = 10 e^{2 beta} (adaptive steps), and "
+        "configuration converges to a single cluster (a t -> infinity statement). Judged: "
+        "beta = 4, every seed in one cluster by T = 10 e^{2 beta} (adaptive steps), and "
         "every seed still split at T = 300 is k >= 2 tight clusters (diameter <= 1e-6) whose centres follow the k-point "
-        "reduced ODE (point masses = cluster sizes / n) to 1e-6 over [300, 600]; E_beta non-decreasing along SA and USA; "
+        "reduced ODE (point masses = cluster sizes / n) to 1e-6 over [300, 600]; "
         "from a hemisphere, 1 - min_i <x_i, x*> decays at the linearised rate 2 (fitted in [1.8, 2.2]); pairwise orthogonal "
-        "tokens stay equiangular with cos(angle) solving the equiangular ODE. Reported: beta = 9 times to one cluster against e^{2 beta}."
+        "tokens stay equiangular with cos(angle) solving the equiangular ODE (to 1e-10). Reported, because no small error "
+        "of the dynamics moves them: the beta = 1 seeds not in one cluster at T = 300 (they cluster by t ~ 20), E_beta "
+        "non-decreasing along SA and USA; and the beta = 9 times to one cluster against e^{2 beta}."
     ),
     hypotheses="Q = K = V = I_d on S^{d-1}; d = 3, n = 32 uniform starts (20 seeds); orthogonal starts with d = n.",
     kind="pass/fail",
@@ -43,6 +45,12 @@ class Config(ExperimentConfig):
     slow_T: float = 1e5
     orthogonal_n: int = 8
     hemisphere_T: float = 15.0
+    # perturbations the sensitivity tests make (the claim is the defaults): every run's beta times beta_factor and
+    # V = I + v_skew J (J a rotation generator in the first two coordinates), while the judge uses beta and V = I
+    beta_factor: float = 1.0
+    v_skew: float = 0.0
+    # and the beta = 4 horizon 10 e^{2 beta} times horizon_factor
+    horizon_factor: float = 1.0
 
 
 # The beta = 9 merge times are of order e^{18} ~ 7e7: the full run reports how many seeds merged by
@@ -52,10 +60,16 @@ CLUSTER_TOL = 1e-6
 REDUCED_TOL = 1e-6
 STEP = {"rtol": 1e-9, "atol": 1e-11}
 HEMISPHERE_RATE = (1.8, 2.2)
+ORTHOGONAL_TOL = 1e-10  # the runs' rtol is 1e-11; measured 6e-12
 
 
-def sphere_model(beta: float, *, usa: bool = False) -> ad.Model:
-    return ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere", normalization="unnormalized" if usa else "softmax")
+def sphere_model(beta: float, *, usa: bool = False, d: int = 3, config: Config | None = None) -> ad.Model:
+    """Q = K = V = I_d on the sphere (SA, or USA); ``config`` applies the sensitivity tests' perturbations."""
+    V = np.eye(d)
+    if config is not None:
+        beta, V[0, 1], V[1, 0] = beta * config.beta_factor, -config.v_skew, config.v_skew
+    weights = ad.Weights(np.eye(d), np.eye(d), V)
+    return ad.Model(weights, beta=beta, geometry="sphere", normalization="unnormalized" if usa else "softmax")
 
 
 def min_inner(xs: np.ndarray) -> np.ndarray:
@@ -84,10 +98,10 @@ def run(config: Config) -> Result:
     step = ad.AdaptiveStep(**STEP)
     arrays = {}
     # beta = 1 to T; beta = 4 to 10 e^{8}, resolving [0, reduced_T] for the reduced-ODE check
-    for key, beta, T_end in (("b1", 1.0, config.T), ("b4", 4.0, 10 * np.exp(8.0))):
+    for key, beta, T_end in (("b1", 1.0, config.T), ("b4", 4.0, config.horizon_factor * 10 * np.exp(8.0))):
         x0 = unit_rows(rng.normal(size=(config.seeds, config.n, 3)))
         ts = long_times(config.T, T_end, min(config.reduced_T, T_end))
-        traj = ad.simulate(sphere_model(beta), x0, ts, solver=ad.Dopri5(), step=step, max_steps=10_000_000)
+        traj = ad.simulate(sphere_model(beta, config=config), x0, ts, solver=ad.Dopri5(), step=step, max_steps=10_000_000)
         arrays |= {f"{key}_ts": ts, f"{key}_x": traj.xs.numpy(), f"{key}_beta": np.float64(beta)}
     if config.slow_seeds:
         x0 = unit_rows(rng.normal(size=(config.slow_seeds, config.n, 3)))
@@ -98,13 +112,14 @@ def run(config: Config) -> Result:
     ts = np.linspace(0, 20, 201)
     for usa in (False, True):
         x0 = unit_rows(rng.normal(size=(config.n, 3)))
-        arrays[f"energy_{'usa' if usa else 'sa'}_x"] = ad.simulate(sphere_model(1.0, usa=usa), x0, ts, solver=ad.Dopri5(), step=step).xs.numpy()
+        model = sphere_model(1.0, usa=usa, config=config)
+        arrays[f"energy_{'usa' if usa else 'sa'}_x"] = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=step).xs.numpy()
     arrays["energy_ts"] = ts
     # orthogonal start (SA and USA, d = n)
     n = config.orthogonal_n
     ts = np.linspace(0, 10, 51)
     for usa in (False, True):
-        model = ad.Model(ad.Weights.identity(n), beta=1.0, geometry="sphere", normalization="unnormalized" if usa else "softmax")
+        model = sphere_model(1.0, usa=usa, d=n, config=config)
         xs = ad.simulate(model, np.eye(n), ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-11, atol=1e-12)).xs.numpy()
         arrays[f"orth_{'usa' if usa else 'sa'}_x"] = xs
     arrays["orth_ts"] = ts
@@ -113,7 +128,8 @@ def run(config: Config) -> Result:
     x0[:, 0] = np.abs(x0[:, 0]) + 0.05
     ts = np.linspace(0, config.hemisphere_T, 151)
     arrays["hemi_ts"] = ts
-    arrays["hemi_x"] = ad.simulate(sphere_model(1.0), unit_rows(x0), ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-13)).xs.numpy()
+    hemi = ad.AdaptiveStep(rtol=1e-12, atol=1e-13)
+    arrays["hemi_x"] = ad.simulate(sphere_model(1.0, config=config), unit_rows(x0), ts, solver=ad.Dopri5(), step=hemi).xs.numpy()
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
 
@@ -144,8 +160,10 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     ts, xs = arrays["b1_ts"], arrays["b1_x"]
     k = np.searchsorted(ts, config.T)
     checks = {
-        f"beta = 1: every seed in one cluster (1 - min <x_i, x_j> <= 1e-6) at T = {config.T:g}: failing seeds": every(
-            (ts[-1] >= config.T) & (1 - min_inner(xs[min(k, len(ts) - 1)]) <= CLUSTER_TOL)
+        # reported: beta = 1 clusters long before T (by t ~ 20), and no perturbation tried (beta up to 3x) keeps a seed split
+        f"beta = 1: seeds not in one cluster (1 - min <x_i, x_j> <= 1e-6) at T = {config.T:g}": report(
+            int((~((ts[-1] >= config.T) & (1 - min_inner(xs[min(k, len(ts) - 1)]) <= CLUSTER_TOL))).sum()),
+            "the theorem's expectation is 0; beta = 1 seeds cluster by t ~ 20, so no small error reaches this",
         )
     }
     ts, xs = arrays["b4_ts"], arrays["b4_x"]
@@ -153,7 +171,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     times = one_cluster_times(ts, xs)
     info["beta=4 time to one cluster"] = times
     checks["beta = 4: every seed in one cluster by T = 10 e^{2 beta}: failing seeds"] = every(
-        [ts[-1] >= T_end * (1 - 1e-9) and t <= T_end for t in times]
+        [ts[-1] >= T_end * (1 - 1e-9) and t <= T_end for t in times], detects="beta off by 50 % (a pair stays split past 10 e^{2 beta})"
     )
     k = np.searchsorted(ts, config.T)
     split = np.flatnonzero(1 - min_inner(xs[k]) > CLUSTER_TOL)
@@ -165,10 +183,12 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         counts.append(kk)
     info["beta=4 split at T"] = {"seeds": split.tolist(), "clusters": counts, "misfit": misfit}
     checks[f"beta = 4, seeds split at T = {config.T:g}: k >= 2 clusters of diameter <= 1e-6: failing seeds"] = (
-        every(tight) if len(split) else report(0, "no seed was split at T (nothing to judge here)")
+        every(tight, detects="the split judged at T = 20 instead of 300 (clusters not yet tight)")
+        if len(split)
+        else report(0, "no seed was split at T (nothing to judge here)")
     )
     checks[f"beta = 4, seeds split at T: cluster centres vs the k-point reduced ODE over [{config.T:g}, {config.reduced_T:g}]"] = (
-        every_within(misfit, 0.0, REDUCED_TOL) if len(split) else report(0, "no seed was split at T")
+        every_within(misfit, 0.0, REDUCED_TOL, detects="beta off by 1e-6 in the dynamics") if len(split) else report(0, "no seed was split at T")
     )
     checks["beta = 4: fraction of seeds not yet one cluster at T = 300 (metastable pairs)"] = report(len(split) / xs.shape[1])
     if "slow_x" in arrays:
@@ -183,8 +203,9 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         )
     for flow in ("sa", "usa"):
         E = energy(arrays[f"energy_{flow}_x"], 1.0)
-        checks[f"E_beta non-decreasing along {flow.upper()} (beta = 1): largest relative decrease between saves"] = at_most(
-            max(0.0, float(-(np.diff(E) / E[:-1]).min())), 1e-10, n=len(E) - 1
+        # reported: the gradient-flow identity holds for every beta and V = I + a small rotation (nothing tried breaks it)
+        checks[f"E_beta non-decreasing along {flow.upper()} (beta = 1): largest relative decrease between saves"] = report(
+            max(0.0, float(-(np.diff(E) / E[:-1]).min())), "0 up to rounding expected; beta off by 10 % or a 1e-3 rotation in V keep it 0"
         )
     ts = arrays["orth_ts"]
     for flow in ("sa", "usa"):
@@ -193,7 +214,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         off = np.einsum("tid,tjd->tij", xs, xs)[:, ~np.eye(n, dtype=bool)]
         g = theory.equiangular(1.0, n, ts, usa=flow == "usa")
         checks[f"orthogonal start ({flow.upper()}, n = d = {n}): max |<x_i, x_j> - rho(t)| (equiangular ODE), every pair and time"] = at_most(
-            np.abs(off - g[:, None]).max(), 1e-8, n=off.size
+            np.abs(off - g[:, None]).max(), ORTHOGONAL_TOL, n=off.size, detects="beta off by 1e-6 in the dynamics"
         )
     ts, xs = arrays["hemi_ts"], arrays["hemi_x"]
     xstar = unit_rows(xs[-1].mean(0))
@@ -201,7 +222,9 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     # fit on the linear (consensus) regime: from 1e-3 down to 1e-10, above rounding
     sel = (gap < 1e-3) & (gap > 1e-10)
     rate = -np.polyfit(ts[sel], np.log(gap[sel]), 1)[0] if sel.sum() >= 4 else float("nan")
-    checks["hemisphere: fitted decay rate of 1 - min_i <x_i, x*> (linearisation: 2)"] = within(rate, *HEMISPHERE_RATE, n=int(sel.sum()))
+    checks["hemisphere: fitted decay rate of 1 - min_i <x_i, x*> (linearisation: 2)"] = within(
+        rate, *HEMISPHERE_RATE, n=int(sel.sum()), detects="a rotation of 1e-3 in V (V = I + 1e-3 J)"
+    )
     return checks, info
 
 
