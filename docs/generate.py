@@ -38,7 +38,9 @@ def catalogue() -> str:
         lines += [f"## {cid}", "", f"**{info.title}**", "", f"*{info.kind}* · {info.paper_ref}", "", info.statement, ""]
         lines += [f"*Hypotheses.* {info.hypotheses}", ""]
         stated = re.findall(r'detects="([^"]+)"', inspect.getsource(module))
-        stated += [v for k, v in vars(module).items() if k.startswith("DETECTS") and isinstance(v, str)]
+        for k, v in vars(module).items():
+            if "DETECTS" in k:
+                stated += [v] if isinstance(v, str) else [x for x in getattr(v, "values", list)() if isinstance(x, str)]
         powers = sorted(set(stated))
         if powers:
             lines += ["*What its judged checks are shown to detect:* " + "; ".join(powers) + ".", ""]

@@ -48,6 +48,9 @@ RANK_TOL = 1e-8
 S_FINAL = 14.0  # run to v T = 14 so that the rate window [8/v, 14/v] of the rate check is covered
 
 
+DETECTS_EARLY = "the run stopped at v T = 10 instead of 14"
+
+
 def model_for(v: float, q: float) -> ad.Model:
     return ad.Model(ad.Weights(np.eye(1), np.array([[q]]), np.array([[v]])), rescaled=True)
 
@@ -140,9 +143,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     # (b), the order and the near-0 count are structural in d = 1 (solutions of a scalar ODE system cannot cross; the
     # pattern follows from (a) with ordered tokens): no small error of the dynamics moves them, so they are reported
     structural = "structural in d = 1: no perturbation of v, q or T tried (1e-6 to 3x) changes it; a swap of two saved tokens does"
-    early = "the run stopped at v T = 10 instead of 14"
     checks = {
-        "(a) at most one non-Boolean row, every Boolean row led by an extreme token: failing seeds": every(ok["a"], detects=early),
+        "(a) at most one non-Boolean row, every Boolean row led by an extreme token: failing seeds": every(ok["a"], detects=DETECTS_EARLY),
         "(b) rows in the order e_1 ... (one other) ... e_n: failing seeds": report(len(ok["b"]) - sum(ok["b"]), structural),
         "(c) rank(P) in {1, 2} (rank 3 allowed with a bounded interior token): failing seeds": every(
             ok["c"], detects="the run stopped at v T = 8 instead of 14"
@@ -152,7 +154,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             ok["distnondec"], detects="v off by 1e-6 in the dynamics (the judge rescales with the stated v)"
         ),
         "(e) z_i of unbounded tokens converged (|z_i(T) - z_i(T - 1/v)| <= 1e-3 |z_i| + 1e-5 scale): failing seeds": every(
-            ok["converge"], detects=early
+            ok["converge"], detects=DETECTS_EARLY
         ),
         "(e) at most one token with |z_i(T)| < 1e-3: failing seeds": report(len(ok["e"]) - sum(ok["e"]), structural),
         "(f) slope of log(-log(1 - P_i,lead)) over t in [8/v, 14/v] in units of v, every row": every_within(

@@ -35,6 +35,9 @@ QUICK = {"T": 160.0, "ns": [10]}
 T_FROM = 40.0
 
 
+DETECTS_UNSTABLE = "one eigenvalue of V at +1e-3 instead of -1 (an unstable direction)"
+
+
 def save_times(T: float) -> tuple[np.ndarray, np.ndarray]:
     """The ratio times 10 * 4^k (and 0), and a dense grid that contains them."""
     ts = np.concatenate([[0.0], 10.0 * 4.0 ** np.arange(0, int(round(np.log(T / 10) / np.log(4))) + 1)])
@@ -90,13 +93,16 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         speed2 = (np.diff(xs, axis=0) ** 2).sum((-1, -2)) / np.diff(dense)[:, None]
         energies.extend(speed2.sum(0))
     # the bands are +-0.1 about the laws' ratios: 2.5x the largest finite-t deviation measured at t = 40 (0.04)
-    unstable = "one eigenvalue of V at +1e-3 instead of -1 (an unstable direction)"
     checks = {
-        "max|x(4t)| / max|x(t)| in [0.4, 0.6] (t^{-1/2} gives 0.5), every run and every t >= 40": every_within(ratios, 0.4, 0.6, detects=unstable),
-        "max|P - 1/n| at 4t over at t in [0.15, 0.35] (1/t gives 0.25), every run and t >= 40": every_within(pratios, 0.15, 0.35, detects=unstable),
-        "max_i |x_i| non-increasing after t = 40: failing runs": every(mono, detects=unstable),
-        "conclusion: max_i |x_i(T)| <= 0.1 max_i |x_i(0)|: failing runs": every(np.asarray(small) <= 0.1, detects=unstable),
-        "conclusion: max |P(T) - 1/n| <= 1e-2 (attention near uniform): failing runs": every(np.asarray(uniform) <= 1e-2, detects=unstable),
+        "max|x(4t)| / max|x(t)| in [0.4, 0.6] (t^{-1/2} gives 0.5), every run and every t >= 40": every_within(
+            ratios, 0.4, 0.6, detects=DETECTS_UNSTABLE
+        ),
+        "max|P - 1/n| at 4t over at t in [0.15, 0.35] (1/t gives 0.25), every run and t >= 40": every_within(
+            pratios, 0.15, 0.35, detects=DETECTS_UNSTABLE
+        ),
+        "max_i |x_i| non-increasing after t = 40: failing runs": every(mono, detects=DETECTS_UNSTABLE),
+        "conclusion: max_i |x_i(T)| <= 0.1 max_i |x_i(0)|: failing runs": every(np.asarray(small) <= 0.1, detects=DETECTS_UNSTABLE),
+        "conclusion: max |P(T) - 1/n| <= 1e-2 (attention near uniform): failing runs": every(np.asarray(uniform) <= 1e-2, detects=DETECTS_UNSTABLE),
         "int_0^T |x'|^2 dt (finite; median over runs)": report(np.median(energies) if energies else float("nan")),
     }
     return checks, {"ratios": [float(r) for r in ratios], "P ratios": [float(r) for r in pratios]}

@@ -52,6 +52,10 @@ QUICK = {"seeds": 12, "n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-
 LIMIT_TOL = 1e-3
 
 
+DETECTS_NONNEG = "one eigenvalue of real-nonneg2's V off by -0.43 in the dynamics (0.426 -> -0.004)"
+DETECTS_V_OFF = "V off by 1e-6 in the dynamics (the judge uses the stated V's phi_1*)"
+
+
 def case(name: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """(V, Q^T K, T-key) of a named case."""
     if name == "V2":
@@ -120,7 +124,6 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     """The checks of Theorem 4.2 on the saved states: every seed of every case."""
     ok = {k: [] for k in ("a", "b", "c", "d", "regime")}
     rows, zgrowth = [], []
-    nonneg = "one eigenvalue of real-nonneg2's V off by -0.43 in the dynamics (0.426 -> -0.004)"
     for k in cases(arrays):
         name, V, B, ts, zs = str(arrays[f"name{k}"]), arrays[f"V{k}"], arrays[f"B{k}"], arrays[f"ts{k}"], arrays[f"z{k}"]
         d = len(V)
@@ -153,17 +156,16 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             bound = np.linalg.norm(P, 2) * np.linalg.norm(w0, axis=1)
             zgrowth.extend(np.linalg.norm(zs, axis=-1).max((0, 2)) / bound)
         rows.append({"case": name, "lambda_1": lam1, "T": T, "phi_star": phi_star.tolist()})
-    v_off = "V off by 1e-6 in the dynamics (the judge uses the stated V's phi_1*)"
     checks = {
         "good triples classified as 'hyperplanes' by regime(): failing cases": every(
             ok["regime"], detects="<Q phi_1, K phi_1> = -1e-6 (not a good triple)"
         ),
-        "(a) max_j c_j non-increasing and min_j c_j non-decreasing: failing runs": every(ok["a"], detects=v_off),
-        "(b) |c_i(T) - c_i(T-1)| < 1e-6: failing runs": every(ok["b"], detects=v_off + "; the run stopped at T / 2"),
-        "(c) at most 3 distinct limits of c_i (tol 1e-3): failing runs": every(ok["c"], detects=v_off),
-        "(d) distance to the nearest of the hyperplanes {a, 0, b} <= 1e-3: failing runs": every(ok["d"], detects=v_off),
+        "(a) max_j c_j non-increasing and min_j c_j non-decreasing: failing runs": every(ok["a"], detects=DETECTS_V_OFF),
+        "(b) |c_i(T) - c_i(T-1)| < 1e-6: failing runs": every(ok["b"], detects=DETECTS_V_OFF + "; the run stopped at T / 2"),
+        "(c) at most 3 distinct limits of c_i (tol 1e-3): failing runs": every(ok["c"], detects=DETECTS_V_OFF),
+        "(d) distance to the nearest of the hyperplanes {a, 0, b} <= 1e-3: failing runs": every(ok["d"], detects=DETECTS_V_OFF),
         "c:bounded (cases with all eigenvalues real >= 0): max_t max_i |z_i(t)| over its eigenbasis bound, every run": every_within(
-            zgrowth, 0.0, 1.0 + 1e-12, detects=nonneg
+            zgrowth, 0.0, 1.0 + 1e-12, detects=DETECTS_NONNEG
         ),
     }
     if "nottoo_x" in arrays:

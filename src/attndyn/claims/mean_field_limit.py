@@ -82,7 +82,7 @@ SPHERE_DETECTS = "beta off by 5 % in the S^2 particle dynamics"
 CIRCLE_DETECTS = "beta off by 1e-4 (relative) in the S^1 particle dynamics"
 CIRCLE_FLOOR = 1e-11  # the mean field's tolerance (rtol 1e-12) and rounding
 CIRCLE_STEP_TOL = 1e-8  # beta x (1 +- 1e-4) moves the moments by about 5e-6
-EULER = "forward Euler in place of RK4 at the same step"
+EULER_DETECTS = "forward Euler in place of RK4 at the same step"
 
 
 def sample(rng: np.random.Generator, config: Config, shape: tuple[int, ...]) -> np.ndarray:
@@ -208,7 +208,7 @@ def circle_checks(arrays: dict, config: Config) -> dict:
             CIRCLE_STEP_TOL,
             f"{config.circle_solver} dt = {config.circle_dt:g} against dt/2; the bound is 1/500 of what beta off by 1e-4 moves the moments",
             cases=step_cases,
-            detects=EULER,
+            detects=EULER_DETECTS,
         ),
     }
 
@@ -257,7 +257,7 @@ def sphere_checks(arrays: dict, config: Config) -> dict:
             0.1,
             f"{config.sphere_solver} dt = {config.sphere_dt:g} against dt/2 on one system",
             cases=cases,
-            detects=EULER,
+            detects=EULER_DETECTS,
         ),
     }
 

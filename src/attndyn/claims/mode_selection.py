@@ -94,6 +94,12 @@ QUICK = {
 }
 
 
+RATE_DETECTS = {
+    "particle": "beta off by 0.1 % in the particles",
+    "meanfield": "beta off by 1e-5 (relative) in the solver",
+    "S^2 particle": "beta off by 0.5 % in the S^2 particles",
+    "S^2 meanfield": "beta off by 1e-5 (relative) in the S^2 solver",
+}
 NOISE_DETECTS = "beta off by 40 % in the white-noise runs (beta = 3 forms two clusters, not three)"
 
 
@@ -189,8 +195,8 @@ def sphere_checks(arrays: dict, config: Config) -> tuple[dict, dict]:
     ls = arrays["sphere_ls"]
     checks, rates = {}, {}
     for source, tol, floor, detects in (
-        ("particle", config.sphere_particle_tol, config.sphere_particle_floor, "beta off by 0.5 % in the S^2 particles"),
-        ("meanfield", config.sphere_meanfield_tol, config.sphere_meanfield_floor, "beta off by 1e-5 (relative) in the S^2 solver"),
+        ("particle", config.sphere_particle_tol, config.sphere_particle_floor, RATE_DETECTS["S^2 particle"]),
+        ("meanfield", config.sphere_meanfield_tol, config.sphere_meanfield_floor, RATE_DETECTS["S^2 meanfield"]),
     ):
         errors, cases = [], []
         for b, beta in enumerate(arrays["sphere_betas"]):
@@ -226,7 +232,7 @@ def gap_clusters(theta: np.ndarray, gap: float = 0.3) -> int:
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     ks = arrays["ks"]
     checks, info = {}, {"rates": {}}
-    detects = {"particle": "beta off by 0.1 % in the particles", "meanfield": "beta off by 1e-5 (relative) in the solver"}
+    detects = RATE_DETECTS
     for source, tol in (("particle", config.particle_tol), ("meanfield", config.meanfield_tol)):
         errors, cases, slow = [], [], []
         for b, beta in enumerate(arrays["betas"]):

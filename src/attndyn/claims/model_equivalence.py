@@ -44,6 +44,10 @@ class Config(ExperimentConfig):
 QUICK: dict = {}
 
 
+DETECTS_V_OFF = "the engine's V off by 1e-9 (the judge and the NumPy references use V)"
+DETECTS_V_OFF_1E6 = "the engine's V off by 1e-6 (the judge and the NumPy references use V)"
+
+
 def field_mean(Q: np.ndarray, K: np.ndarray, V: np.ndarray, support: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The mean-field vector field X[mu](x) of e:vectorfield for the empirical measure on ``support``, at points x."""
     logits = (x @ Q.T) @ (support @ K.T).T
@@ -136,9 +140,8 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
         for k, t in enumerate(ts)
     ]
     # M1's band: 3x the two runs' relative tolerance (measured: 8.7e-13 and 8.5e-14)
-    v_off = "the engine's V off by 1e-9 (the judge and the NumPy references use V)"
-    checks["M1 |x(t) - e^{tV} z(t)| / |x(t)| at every save (3x the solvers' rtol)"] = every_within(rel, 0.0, M1_TOL, detects=v_off)
-    checks["M1 |P_x(t) - P_z(t)| at every save (3x the solvers' rtol)"] = every_within(pdiff, 0.0, M1_TOL, detects=v_off)
+    checks["M1 |x(t) - e^{tV} z(t)| / |x(t)| at every save (3x the solvers' rtol)"] = every_within(rel, 0.0, M1_TOL, detects=DETECTS_V_OFF)
+    checks["M1 |P_x(t) - P_z(t)| at every save (3x the solvers' rtol)"] = every_within(pdiff, 0.0, M1_TOL, detects=DETECTS_V_OFF)
     # M2
     for dt in M2_STEPS:
         xs, zs = a[f"m2_x_{dt}"], a[f"m2_z_{dt}"]
@@ -148,7 +151,7 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
         # product cancels and float64 can only deliver ~eps * cond(R^k). The identity is checked to 1e-10 or to that floor.
         cond = max(np.linalg.cond(np.linalg.matrix_power(R, k)) for k in range(len(xs)))
         floor = max(64 * np.finfo(float).eps, 10 * np.finfo(float).eps * cond)
-        power = v_off if floor < 1e-9 else v_off.replace("1e-9", "1e-6")
+        power = DETECTS_V_OFF if floor < 1e-9 else DETECTS_V_OFF_1E6
         checks[f"M2 R^k z^k = x^k, dt = {dt} (relative to |x^k|), every layer"] = every_within(err, 0.0, floor, detects=power)
     # M3 (the growth bound excludes t = 0, where it is an identity)
     Ps = np.stack([ad.attention_matrix(ad.Model(W), x)[0].numpy() for x in tx])
@@ -172,7 +175,7 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
     )
     # M5
     checks["M5 X[mu_n](x_i) = sum_j P_ij V x_j (max difference)"] = at_most(
-        np.abs(field_mean(Q, K, V, x0, x0) - a["m5_engine"]).max(), 1e-13, n=x0.shape[0], detects=v_off
+        np.abs(field_mean(Q, K, V, x0, x0) - a["m5_engine"]).max(), 1e-13, n=x0.shape[0], detects=DETECTS_V_OFF
     )
     qk = np.linalg.norm(Q.T @ K, 2)
     bound, lip = [], []
@@ -206,7 +209,7 @@ def judge(a: dict, config: Config) -> tuple[dict, dict]:
     )
     ref = residual_numpy(Q, K, V, x0, 20, 0.1)
     checks["multi-head with H = 1 equals e:discreteequation (max relative difference after 20 layers)"] = at_most(
-        np.abs(a["mh_ours"][-1] - ref).max() / np.abs(ref).max(), 1e-12, detects=v_off
+        np.abs(a["mh_ours"][-1] - ref).max() / np.abs(ref).max(), 1e-12, detects=DETECTS_V_OFF
     )
     return checks, {"Euler errors": errs.tolist(), "L": float(L), "W2": dist.tolist()}
 

@@ -49,6 +49,10 @@ BOOLEAN_TOL = 1e-8
 MONOTONE_RTOL = 64 * float(np.finfo(np.float64).eps)  # rounding: the measured worst increase is 8.9e-16 of the scale
 
 
+DETECTS_RESCALING = "a rescaling error of 1e-6 (V = (1 + 1e-6) I integrated, judged as z = e^{-t} x)"
+DETECTS_EARLY = "the run stopped at 0.7 T"
+
+
 def qk_matrix(form: str, d: int, rng: np.random.Generator) -> np.ndarray:
     if form == "identity":
         return np.eye(d)
@@ -132,15 +136,13 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             sel = (ts >= 2.0) & (ts <= 0.6 * T) & (dev > 1e-12)
             if sel.sum() >= 3:
                 rates.append(-np.polyfit(ts[sel], np.log(dev[sel]), 1)[0])
-    rescaling = "a rescaling error of 1e-6 (V = (1 + 1e-6) I integrated, judged as z = e^{-t} x)"
-    early = "the run stopped at 0.7 T"
     checks = {
         "(a) hull of z non-increasing (200 directions, to 64 eps of the scale): failing runs": every(
-            ok["hull"], detects=rescaling + " or (1 - 1e-6) I"
+            ok["hull"], detects=DETECTS_RESCALING + " or (1 - 1e-6) I"
         ),
-        "(b) z_i(t) in conv{z_j(0)} (to 64 eps of the scale): failing runs": every(ok["bounded"], detects=rescaling),
-        "(c) |z(T) - z(T-1)| < 1e-3 scale: failing runs": every(ok["converged"], detects=early),
-        "(d) S-equation |Ap|^2 = max_j <Ap, Av_j> (rel. 1e-3): failing tokens": every(ok["S"], detects=early),
+        "(b) z_i(t) in conv{z_j(0)} (to 64 eps of the scale): failing runs": every(ok["bounded"], detects=DETECTS_RESCALING),
+        "(c) |z(T) - z(T-1)| < 1e-3 scale: failing runs": every(ok["converged"], detects=DETECTS_EARLY),
+        "(d) S-equation |Ap|^2 = max_j <Ap, Av_j> (rel. 1e-3): failing tokens": every(ok["S"], detects=DETECTS_EARLY),
         "(d) limit in dK u {0} (distance <= 1e-3 scale): failing tokens": every(ok["boundary"], detects="the run stopped at T / 2"),
         "(e) P(T) Boolean to 1e-8: failing runs": every(ok["boolean"], detects="the run stopped at T / 2"),
         "(e) leader of row i in the vertex cluster of z_i: failing rows": every(ok["leader"], detects="the run stopped at T / 2"),
