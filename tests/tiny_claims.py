@@ -40,7 +40,7 @@ TINY = {
     },
     "kuramoto-closed-form": {"ns": [16, 32, 64, 128], "budget": 256},
     "mean-field-limit": {"ns": [16, 32, 64, 128], "budget": 128, "M": 512, "dt": 0.1, "sphere_n": 256, "circle_n": 128},
-    "phase-diagram": {"n": 16, "ds": [4, 64], "betas": [1.0, 2.0, 3.0], "systems": 6, "orthogonal_betas": [4.0], "T": 20.0},
+    "phase-diagram": {"ds": [8, 64], "betas": [1.0, 2.0, 3.0, 4.0, 5.0], "systems": 12, "orthogonal_betas": [4.0]},
     "normalization": {"random_d": 16, "random_n": 8, "random_T": 2.0},
     "metastability": {"betas": [30.0, 60.0], "saves": 150, "pair_beta": 100.0},
     "noisy": {"n": 32, "seeds": 2, "T": 4.0, "kappas": [1.0, 4.0]},

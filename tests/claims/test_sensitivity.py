@@ -20,6 +20,13 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "phase-diagram": [
+        ({"time_shift": 0.2}, {}, ["every beta: |t50 - t*|"]),
+        ({"time_shift": -0.2}, {}, ["every beta: |t50 - t*|"]),
+        ({"star_n": 20}, {}, ["every beta: |t50 - t*|"]),
+        ({"ds": [64, 8]}, {}, ["the boundary approaches"]),
+        ({"orthogonal_beta_factor": 1 + 1e-6}, {}, ["orthogonal start"]),
+    ],
     "sphere": [
         ({"beta_factor": 1 + 1e-6}, {}, ["beta = 4, seeds split at T: cluster centres", "orthogonal start (SA", "orthogonal start (USA"]),
         ({"beta_factor": 1.5}, {}, ["beta = 4: every seed in one cluster"]),
@@ -137,7 +144,7 @@ SENSITIVITY = {
 }
 
 NOT_YET_POWERED = {
-    "phase-diagram", "metastability",
+    "metastability",
 }  # fmt: skip
 
 CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases))]

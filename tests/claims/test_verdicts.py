@@ -718,15 +718,11 @@ def test_mean_field_limit_checks_fail_on_violations():
 def test_phase_diagram_checks_fail_on_violations():
     cid = "phase-diagram"
     a = copy_arrays(cid)
-    # the largest d's boundary 40 % late: its median error exceeds 0.1 and the smallest d's
-    late = np.concatenate([np.zeros_like(a["fraction"][-1][..., :1]), a["fraction"][-1][..., :-1]], -1)
-    shift = int(0.4 * 5.0 / (a["ts"][1] - a["ts"][0]))
-    for _ in range(shift - 1):
-        late = np.concatenate([np.zeros_like(late[..., :1]), late[..., :-1]], -1)
-    a["fraction"][-1] = late
-    checks = judged(cid, a)
-    assert failing(checks, "median over beta")
-    assert failing(checks, "the boundary moves toward")
+    a["crossing"][-1] += 0.5  # the largest d's boundary half a time unit late
+    assert failing(judged(cid, a), "every beta: |t50 - t*|")
+    a = copy_arrays(cid)
+    a["crossing"][-1] = a["crossing"][0] + 1.0  # the largest d crosses a time unit later than the smallest: it moved away
+    assert failing(judged(cid, a), "the boundary approaches")
     a = copy_arrays(cid)
     a["orth_rho"][0, -1] += 1e-6  # the orthogonal start off the equiangular ODE
     assert failing(judged(cid, a), "orthogonal start")

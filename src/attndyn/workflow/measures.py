@@ -5,7 +5,8 @@ Contract
 :data:`MEASURES` maps the built-in names to their functions; :func:`measure_function` resolves a
 name, or ``"package.module:function"`` (imported where it is called, on the workers). Measures over
 time return one value per save; ``BATCHED_MEASURES`` also accept a batch of systems at once, and
-``INNER_PRODUCT_MEASURES`` need only inner products (so a task may read them off span coordinates).
+``INNER_PRODUCT_MEASURES`` need only inner products (so a task may read them off span coordinates); a
+``package.module:function`` measure says the same with the attribute ``inner_products_only = True``.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> dict[st
         run = {"solver": first.solver, "step": first.step, "max_steps": first.max_steps}
         if x0.shape[-1] > x0.shape[-2] and span_obstruction(first.model) is None:
             traj, Ut = span_coordinates(first.model, x0, first.ts, **run)
-            if not set(measures) <= INNER_PRODUCT_MEASURES:
+            if not all(m in INNER_PRODUCT_MEASURES or getattr(f, "inner_products_only", False) for m, f in functions.items()):
                 traj = dataclasses.replace(traj, xs=traj.xs @ Ut)
         else:
             traj = simulate(first.model, x0, first.ts, **run)
