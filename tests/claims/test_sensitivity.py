@@ -20,6 +20,12 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
+    "metastability": [
+        ({"beta_factor": 1 + 1e-9}, {}, ["plateau lengths: |ln"]),
+        ({"beta_factor": 1 - 1e-9}, {}, ["plateau lengths: |ln"]),
+        ({"beta_factor": 1 + 1e-4}, {}, ["pairing at beta = 100: max |c(s) - exact"]),
+        ({"betas": [30.0, 400.0]}, {}, ["largest logit gap"]),
+    ],
     "phase-diagram": [
         ({"time_shift": 0.2}, {}, ["every beta: |t50 - t*|"]),
         ({"time_shift": -0.2}, {}, ["every beta: |t50 - t*|"]),
@@ -143,9 +149,7 @@ SENSITIVITY = {
     ],
 }
 
-NOT_YET_POWERED = {
-    "metastability",
-}  # fmt: skip
+NOT_YET_POWERED: set[str] = set()
 
 CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases))]
 

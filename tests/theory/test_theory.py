@@ -103,3 +103,47 @@ def test_wendel_against_its_closed_cases_and_a_monte_carlo_count():
     theta = np.sort(rng.uniform(0, 2 * np.pi, (200_000, 5)), axis=1)
     gaps = np.diff(np.concatenate([theta, theta[:, :1] + 2 * np.pi], 1), axis=1)
     assert (gaps.max(1) > np.pi).mean() == pytest.approx(theory.wendel(5, 2), abs=4e-3)
+
+
+def _engine_merge_log_time(beta: float, c0: float, ma: int, mb: int, u_end: float, usa: bool = False) -> float:
+    """ln of the time at which two groups of tokens (ma at one point, mb at another, cosine c0) reach
+    1 - <x_a, x_b> = u_end under the engine's sphere field, read off dense saves by interpolation in ln u."""
+    half = math.acos(c0) / 2
+    a, b = [math.cos(half), math.sin(half), 0.0], [math.cos(half), -math.sin(half), 0.0]
+    x0 = np.array([a] * ma + [b] * mb)
+    model = ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere", normalization="unnormalized" if usa else "softmax")
+    ts = np.linspace(0.0, 60.0, 6001)
+    xs = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-14)).xs.numpy()
+    u = 1.0 - (xs[:, 0] * xs[:, -1]).sum(-1)
+    k = int(np.argmax(u <= u_end))
+    assert 0 < k, "the pair did not reach u_end within the horizon"
+    lu0, lu1 = math.log(u[k - 1]), math.log(u[k])
+    return math.log(ts[k - 1] + (math.log(u_end) - lu0) / (lu1 - lu0) * (ts[k] - ts[k - 1]))
+
+
+@pytest.mark.parametrize(("masses", "usa"), [((1, 1), False), ((2, 1), False), ((1, 3), False), ((2, 1), True)])
+def test_pair_log_time_against_the_engine(masses, usa):
+    # two point clusters under the engine's own field, timed to 1 - c = 1e-6: the quadrature's law to 1e-6 in ln t
+    beta, c0, u_end = 4.0, 0.2, 1e-6
+    ours = theory.pair_log_time(beta, c0, *masses, u_end=u_end, n=sum(masses), usa=usa)
+    assert abs(ours - _engine_merge_log_time(beta, c0, *masses, u_end, usa=usa)) < 1e-6
+
+
+def test_pair_cosine_exact_against_the_engine_clock_and_the_tanh_law():
+    # the pair law in the pairing clock s: the engine's two tokens with s = int e^{-beta (1 - c)} dt integrated beside them
+    beta, c0 = 3.0, 0.1
+    half = math.acos(c0) / 2
+    x0 = np.array([[math.cos(half), math.sin(half), 0.0], [math.cos(half), -math.sin(half), 0.0]])
+    model = ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere")
+    ts = np.linspace(0.0, 3.0, 301)
+    xs = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-14)).xs.numpy()
+    c = (xs[:, 0] * xs[:, 1]).sum(-1)
+    s = np.concatenate([[0.0], np.cumsum(np.diff(ts) * 0.5 * (np.exp(-beta * (1 - c[1:])) + np.exp(-beta * (1 - c[:-1]))))])
+    # the trapezoid clock is second order: compare where its error (~dt^2 / 12 of the rate's curvature) is below 1e-6
+    assert np.abs(theory.pair_cosine_exact(s, c0, beta) - c).max() < 1e-5
+    # at beta = 1e4 the finite-beta factor is 1 + e^{-beta (1 - c)}: below 1e-40 while c < 0.99, so the tanh law holds to rounding
+    s = np.linspace(0.0, 1.0, 11)
+    exact = theory.pair_cosine_exact(s, 0.2, 1e4)
+    law = theory.pairing_cosine(s, 0.2)
+    keep = law < 0.99
+    assert np.abs(exact - law)[keep].max() < 1e-11

@@ -24,6 +24,11 @@ Contract
 * ``pairing_cosine(s, c0)``: the closest pair's cosine in rescaled time at large beta (arXiv 2410.06833,
   equal masses): tanh(2 s + artanh c0). ``staircase_levels(n)``: the plateaus sum_a m_a^2 of the
   normalised energy over every partition of n tokens into clusters.
+* ``pair_log_time(beta, c0, ma, mb, u_end, n, usa=False)``: ln of the time two isolated point clusters
+  (ma and mb tokens of n) take to go from cosine c0 to 1 - u_end, and ``pair_cosine_exact(s, c0, beta)``:
+  an equal-mass pair's cosine in the rescaled time s of the pairing law, both from the exact two-cluster
+  ODE c' = (1 - c^2)(A_ab + A_ba) (the plateau lengths e^{beta (1 - cos theta)} of arXiv 2410.06833, with
+  their prefactor and finite-beta corrections).
 * ``one_layer_cosine(n, rho, beta)``: the exact pairwise cosine of the outputs y_i = sum_j P_ij x_j
   of one attention layer on equiangular unit inputs <x_i, x_j> = rho (Chen, Lin, Polyanskiy, Rigollet, arXiv 2510.05554), and
   ``one_layer_cosine_limit(rho, gamma)``: its n -> infinity limit at beta = gamma log n.
@@ -38,7 +43,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.integrate import solve_ivp
+from scipy.integrate import quad, solve_ivp
 from scipy.special import gammaln, ive
 
 ODE_TOL = {"rtol": 1e-12, "atol": 1e-13}
@@ -199,3 +204,39 @@ def wendel(n: int, d: int) -> float:
     from fractions import Fraction
 
     return float(Fraction(sum(math.comb(n - 1, k) for k in range(min(d, n))), 2 ** (n - 1)))
+
+
+def _pair_weights(u: float, beta: float, ma: float, mb: float) -> float:
+    """e^{beta u} (A_ab + A_ba) for SA: A_ab = mb e^{-beta u} / (ma + mb e^{-beta u}), u = 1 - c."""
+    e = math.exp(-beta * u)
+    return mb / (ma + mb * e) + ma / (mb + ma * e)
+
+
+def pair_log_time(beta: float, c0: float, ma: float, mb: float, *, u_end: float, n: int, usa: bool = False) -> float:
+    """ln t for two point clusters of ma and mb tokens (of n) on the sphere, Q = K = V = I, to go from cosine c0
+    to 1 - u_end, ignoring every other cluster: t = int du / (u (2 - u) (A_ab + A_ba)) over [u_end, 1 - c0], with
+    A_ab = mb e^{beta c} / (ma e^beta + mb e^{beta c}) (SA) or mb e^{beta c} / n (USA). Quadrature in w = ln u with
+    e^{beta (1 - c0)} factored out, so plateaus up to e^{700} cost nothing.
+    """
+    u0 = 1.0 - c0
+    if not (0 < u_end < u0 <= 2):
+        raise ValueError(f"need 0 < u_end < 1 - c0 <= 2; got u_end = {u_end}, c0 = {c0}.")
+    if usa:
+        f = lambda w: math.exp(beta * (math.exp(w) - u0)) / (2 - math.exp(w))  # noqa: E731
+        prefactor = -beta + math.log(n / (ma + mb))
+    else:
+        f = lambda w: math.exp(beta * (math.exp(w) - u0)) / ((2 - math.exp(w)) * _pair_weights(math.exp(w), beta, ma, mb))  # noqa: E731
+        prefactor = 0.0
+    w0, w1 = math.log(u_end), math.log(u0)
+    points = [w1 - x / max(beta * u0, 1.0) for x in (1.0, 5.0, 20.0, 60.0) if w1 - x / max(beta * u0, 1.0) > w0]
+    value, _ = quad(f, w0, w1, points=points or None, limit=400, epsabs=0.0, epsrel=1e-12)
+    return beta * u0 + prefactor + math.log(value)
+
+
+def pair_cosine_exact(s: np.ndarray, c0: float, beta: float) -> np.ndarray:
+    """An isolated equal-mass pair's cosine (SA) in the pairing clock s = int e^{-beta (1 - c)} dt:
+    dc/ds = 2 (1 - c^2) / (1 + e^{-beta (1 - c)}), the pairing law tanh(2 s + artanh c0) with its finite-beta factor."""
+    s = np.asarray(s, dtype=np.float64)
+    rhs = lambda _, c: [2.0 * (1.0 - c[0] ** 2) / (1.0 + math.exp(-beta * (1.0 - c[0])))]  # noqa: E731
+    sol = solve_ivp(rhs, (float(s[0]), float(s[-1])), [c0], t_eval=s, method="DOP853", **ODE_TOL)
+    return sol.y[0]
