@@ -80,3 +80,24 @@ def test_stationary_order_parameter_solves_the_self_consistency():
         assert stationary_order(kappa) == pytest.approx(r, abs=1e-8)
     assert threshold(0.0) == 2.0
     assert threshold(1e-6) == pytest.approx(2.0, rel=1e-6)  # continuous at beta = 0: beta / I_1(beta) -> 2
+
+
+def test_the_scheme_s_angular_diffusion_on_the_circle_is_the_effective_one():
+    # one token at beta = 0 feels no drift (P_x x = 0): each step turns it by exactly atan(s Z), s^2 = 2 dt / kappa,
+    # so the angle's variance after k steps is k E[atan(s Z)^2] (what noisy.effective_kappa uses), not k s^2
+    from attndyn.claims import circle
+    from attndyn.claims.noisy import effective_kappa
+
+    kappa, dt, steps, seeds = 1.0, 0.1, 10, 40_000
+    ts = np.arange(steps + 1) * dt
+    _, xs = noise.simulate_sde(circle.model(0.0, usa=True), np.tile([[[1.0, 0.0]]], (seeds, 1, 1)), ts, kappa=kappa, dt=dt, seed=3)
+    theta = np.unwrap(np.arctan2(xs[..., 0, 1], xs[..., 0, 0]), axis=0)  # (T, seeds)
+    measured = theta[-1].var()
+    s2 = 2 * dt / kappa
+    z, w = np.polynomial.hermite_e.hermegauss(120)
+    predicted = steps * float((w / w.sum() * np.arctan(np.sqrt(s2) * z) ** 2).sum())
+    se = predicted * np.sqrt(2 / seeds)
+    assert abs(measured - predicted) < 4 * se
+    assert abs(measured - steps * s2) > 10 * se  # the naive variance is far off: the effect is real at this dt
+    # with no drift the effective kappa's diffusion part is this variance per unit time
+    assert effective_kappa(kappa, dt) > kappa
