@@ -104,3 +104,49 @@ def test_bad_inputs_are_refused():
         simulate_long(model, np.eye(4), [0.0, 1.0])
     with pytest.raises(ValueError, match="clock_pair"):
         simulate_long(model, np.eye(3), [0.0, 1.0], clock_pair=(1, 1))
+
+
+@pytest.mark.parametrize("general_qk", [False, True])
+def test_usa_matches_the_engine_through_merges_in_t_and_in_tau(general_qk):
+    """USA at beta = 4 to t = 80: the engine's plain field is the reference; tau = e^{beta |Q^T K|} t gives the same run."""
+    rng = np.random.default_rng(5)
+    d, n = 3, 5
+    x0 = unit(rng.standard_normal((n, d)))
+    weights = ad.Weights(np.eye(d) + 0.2 * rng.standard_normal((d, d)), np.eye(d), np.eye(d)) if general_qk else ad.Weights.identity(d)
+    model = ad.Model(weights, beta=4.0, geometry="sphere", normalization="unnormalized")
+    ts = np.linspace(0.0, 80.0, 33)
+    ref = ad.simulate(model, x0, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-11, atol=1e-13)).xs.numpy()
+    long = simulate_long(model, x0, ts, rtol=1e-11, atol=1e-13)
+    assert len(long.merges) >= 2
+    np.testing.assert_allclose(long.xs, ref, atol=1e-6)
+    scale = math.exp(4.0 * np.linalg.norm(weights.Q[0].numpy().T @ weights.K[0].numpy(), 2))
+    tau = simulate_long(model, x0, ts * scale, rtol=1e-11, atol=1e-13, rescaled_time=True)
+    np.testing.assert_allclose(tau.xs, long.xs, atol=1e-9)
+    np.testing.assert_allclose([m[0] for m in tau.merges], [m[0] * scale for m in long.merges], rtol=1e-9)
+
+
+def test_usa_two_tokens_follow_the_exact_law_in_tau_beyond_float64_t():
+    """USA, n = 2 at beta = 3000 (e^beta t is out of float64): dc/dtau = (1 - c^2) e^{-beta (1 - c)}, so
+    tau(c) = int dc / ((1 - c^2) e^{-beta (1 - c)}) and the clock s = int e^{-beta (1 - c)} dtau = artanh(c) - artanh(c0)."""
+    beta, c0 = 3000.0, 0.99
+    half = math.acos(c0) / 2
+    x0 = np.array([[math.cos(half), math.sin(half)], [math.cos(half), -math.sin(half)]])
+    model = ad.Model(ad.Weights.identity(2), beta=beta, geometry="sphere", normalization="unnormalized")
+    with pytest.raises(ValueError, match="rescaled_time=True"):
+        simulate_long(model, x0, [0.0, 1.0])
+    horizon = 10 * math.exp(beta * (1 - c0))
+    traj = simulate_long(model, x0, [0.0, horizon], clock_pair=(0, 1), every_step=True, rescaled_time=True)
+    xs, s, tau = traj.steps["xs"], traj.steps["clock"], traj.steps["t"]
+    c = (xs[:, 0] * xs[:, 1]).sum(-1)
+    keep = c < 1 - 1e-6
+    # the clock, well conditioned in c: s = artanh(c) - artanh(c(0))
+    np.testing.assert_allclose(s[keep], np.arctanh(c[keep]) - math.atanh(c[0]), rtol=1e-7, atol=1e-9)
+    # the merge time against the pair law's quadrature (c(tau) itself is ill-conditioned: a 1e-10 step error at c0
+    # is amplified by e^{beta (c - c0)}), in tau = e^beta t: ln tau = beta + ln t
+    from attndyn.theory import pair_log_time
+
+    law = beta + pair_log_time(beta, float(c[0]), 1, 1, u_end=0.5e-18, n=2, usa=True)
+    assert math.log(traj.merges[0][0]) == pytest.approx(law, abs=1e-7)
+    checked = int(keep.sum())
+    assert checked > 10
+    assert traj.merges[0][1:] == (0, 1)

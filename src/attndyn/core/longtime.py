@@ -20,7 +20,15 @@ Time is autonomous, so only the step size matters; a merge that takes O(1) time 
 happens within one rounding of t, which is how it looks on the log-time axis where these runs
 are read.
 
-Limits (checked): one head, ``V = I``, softmax, no mask, no feed-forward, ``scheme="post"``,
+USA (``normalization="unnormalized"``, x_i' = P_{x_i}((1/n) sum_j e^{beta <Q x_i, K x_j>} x_j)) is
+integrated in the rescaled time tau = e^{beta m} t with m = |Q^T K|_2 (the authors' tau = e^beta t
+for Q^T K = I), where the weights e^{beta (<x_i, Q^T K x_j> - m)} / n are at most 1 / n and never
+overflow: the same cancellation-free differences, the same merging (a merged point carries its
+count as a mass). Save times are the model's own t by default; ``rescaled_time=True`` takes and
+returns tau instead, which beta > 709 / m requires (e^{beta m} t leaves float64 there; the
+authors' beta = 500 to 4000).
+
+Limits (checked): one head, ``V = I``, softmax or USA, no mask, no feed-forward, ``scheme="post"``,
 finite beta. Logits differ by at most 2 beta |Q^T K| between points, so weights down to
 e^{-745} are represented; below that an interaction underflows to zero (the precision horizon of
 float64), which :func:`simulate_long` reports as ``stats["logit_gap"]``.
@@ -46,7 +54,7 @@ class LongTrajectory:
     ``ts`` (T,) save times; ``xs`` (T, n, d) the tokens (merged tokens share one position);
     ``merges``: one ``(t, i, j)`` per merge of the point holding token ``i`` with the one holding
     token ``j``; ``clock`` (T,) the pairing clock s(t) = int_0^t e^{-beta (1 - <x_a, x_b>)} dt'
-    of the tokens ``a, b`` named in ``clock_pair`` (or ``None``), integrated with the state;
+    (for USA with a general Q^T K: <x_a, Q^T K x_b> and |Q^T K| in place of the inner product and 1) of the tokens ``a, b`` named in ``clock_pair`` (or ``None``), integrated with the state;
     ``stats``: steps, rejected steps, field evaluations, the largest step, and ``logit_gap`` (the
     largest gap between a row's largest logit and another seen: above 745 some interaction was
     below e^{-745} and counted as zero); ``steps`` (with ``every_step=True``): the state after every
@@ -80,8 +88,8 @@ def check_model(model: Model) -> torch.Tensor:
         problems.append("no mask (a causal mask makes equal tokens feel different forces)")
     if model.sink_bias:
         problems.append("no sink bias (it makes equal tokens feel different forces)")
-    if model.normalization != "softmax":
-        problems.append("softmax normalization")
+    if model.normalization not in ("softmax", "unnormalized"):
+        problems.append("softmax or unnormalized (USA) attention")
     if math.isinf(model.beta):
         problems.append("finite beta")
     if problems:
@@ -89,13 +97,20 @@ def check_model(model: Model) -> torch.Tensor:
     return (w.Q[0].transpose(0, 1) @ w.K[0]).to(torch.float64)
 
 
-def _field(y: np.ndarray, log_mass: np.ndarray, M: np.ndarray | None, beta: float) -> tuple[np.ndarray, float]:
-    """Velocities of distinct unit points ``y`` (k, d) carrying ``exp(log_mass)`` tokens each, and the largest logit gap."""
+def _field(y: np.ndarray, log_mass: np.ndarray, M: np.ndarray | None, beta: float, usa: tuple[float, int] | None = None) -> tuple[np.ndarray, float]:
+    """Velocities of distinct unit points ``y`` (k, d) carrying ``exp(log_mass)`` tokens each, and the largest logit gap.
+
+    ``usa = (m, n)``: USA in the rescaled time tau = e^{beta m} t, weights e^{beta (G - m)} / n (at most 1 / n)."""
     G = y @ y.T if M is None else (y @ M) @ y.T
     L = beta * G + log_mass[None, :]
-    L -= L.max(1, keepdims=True)
-    A = np.exp(L)
-    A /= A.sum(1, keepdims=True)
+    if usa is None:
+        L -= L.max(1, keepdims=True)
+        A = np.exp(L)
+        A /= A.sum(1, keepdims=True)
+    else:
+        L -= beta * usa[0]
+        A = np.exp(L) / usa[1]
+        L = L - L.max(1, keepdims=True)  # the gap is read as for SA: between a row's largest and smallest logit
     # sum_j A_ij (x_j - x_i) from the differences: no cancellation of the own term
     w = np.einsum("ab,abd->ad", A, y[None, :, :] - y[:, None, :])
     return w - (w * y).sum(1, keepdims=True) * y, float(-L.min())
@@ -112,16 +127,29 @@ def simulate_long(
     clock_pair: tuple[int, int] | None = None,
     every_step: bool = False,
     max_steps: int = 200_000,
+    rescaled_time: bool = False,
 ) -> LongTrajectory:
     """Integrate the sphere model from unit tokens ``x0`` (n, d) over exponentially long ``ts``.
 
-    ``ts``: increasing save times from 0 (any magnitude below 1e300). See the module docstring for
-    the method and its limits. Raises ``ValueError`` for other models or bad inputs and
-    ``RuntimeError`` at ``max_steps``.
+    ``ts``: increasing save times from 0 (any magnitude below 1e300), in the model's time t, or for
+    USA with ``rescaled_time=True`` in tau = e^{beta |Q^T K|} t (then the merge times, the clock and
+    the steps' times are in tau too; the clock is int e^{-beta (|Q^T K| - <x_a, Q^T K x_b>)} dtau).
+    See the module docstring for the method and its limits. Raises ``ValueError`` for other models
+    or bad inputs and ``RuntimeError`` at ``max_steps``.
     """
     Mt = check_model(model)
     M = None if torch.equal(Mt, torch.eye(len(Mt), dtype=Mt.dtype)) else Mt.numpy()
     beta = float(model.beta)
+    usa_model = model.normalization == "unnormalized"
+    if rescaled_time and not usa_model:
+        raise ValueError("rescaled_time=True is the USA time tau = e^{beta |Q^T K|} t; this model is SA, whose time needs no rescaling.")
+    top = float(np.linalg.norm(Mt.numpy(), 2)) if usa_model else 0.0
+    log_scale = beta * top  # ln(tau / t)
+    if usa_model and not rescaled_time and log_scale > 709.0:
+        raise ValueError(
+            f"USA at beta |Q^T K| = {log_scale:.6g} runs in tau = e^{{{log_scale:.6g}}} t, beyond float64 from t; "
+            "pass save times in tau with rescaled_time=True."
+        )
     x = as_float_tensor(x0, "x0").to(torch.float64).numpy()
     if x.ndim != 2 or x.shape[1] != model.weights.d:
         raise ValueError(f"x0 must have shape (n, {model.weights.d}); got {tuple(x.shape)}.")
@@ -134,6 +162,10 @@ def simulate_long(
     if not (0 < merge_tol < 1e-2):
         raise ValueError(f"merge_tol = {merge_tol} must be in (0, 1e-2).")
     n, d = x.shape
+    usa = (top, n) if usa_model else None
+    times = times * math.exp(log_scale) if usa_model and not rescaled_time else times  # integrate in tau
+    if not np.all(np.isfinite(times)):
+        raise ValueError("the save times overflow float64 once rescaled to tau = e^{beta |Q^T K|} t; pass tau with rescaled_time=True.")
     if clock_pair is not None:
         a, b = clock_pair
         if not (0 <= a < n and 0 <= b < n and a != b):
@@ -148,14 +180,16 @@ def simulate_long(
     def f(state: np.ndarray) -> np.ndarray:
         k = len(counts)
         pts = state[: k * d].reshape(k, d)
-        v, gap = _field(pts, log_mass, M, beta)
+        v, gap = _field(pts, log_mass, M, beta, usa)
         stats["logit_gap"] = max(stats["logit_gap"], gap)
         out = np.empty_like(state)
         out[: k * d] = v.ravel()
         if clock_pair is None:
             out[-1] = 0.0
         else:
-            out[-1] = math.exp(-beta * (1 - float(pts[owner[clock_pair[0]]] @ pts[owner[clock_pair[1]]])))
+            a, b = pts[owner[clock_pair[0]]], pts[owner[clock_pair[1]]]
+            inner = float(a @ M @ b) if usa_model and M is not None else float(a @ b)
+            out[-1] = math.exp(-beta * ((top if usa_model else 1.0) - inner))
         return out
 
     def merge(t: float, y: np.ndarray) -> np.ndarray:
@@ -227,6 +261,12 @@ def simulate_long(
         k = len(counts)
         saved_x.append(state[: k * d].reshape(k, d)[owner].copy())
         saved_s.append(float(state[-1]))
+    if usa_model and not rescaled_time:  # back to the model's time t
+        back = math.exp(-log_scale)
+        times = np.asarray(ts, dtype=np.float64)
+        merges = [(t * back, i, j) for t, i, j in merges]
+        saved_s = [v * back for v in saved_s]
+        step_t, step_s = [v * back for v in step_t], [v * back for v in step_s]
     return LongTrajectory(
         ts=times,
         xs=np.stack(saved_x),
