@@ -136,7 +136,7 @@ def test_usa_two_tokens_follow_the_exact_law_in_tau_beyond_float64_t():
         simulate_long(model, x0, [0.0, 1.0])
     horizon = 10 * math.exp(beta * (1 - c0))
     traj = simulate_long(model, x0, [0.0, horizon], clock_pair=(0, 1), every_step=True, rescaled_time=True)
-    xs, s, tau = traj.steps["xs"], traj.steps["clock"], traj.steps["t"]
+    xs, s = traj.steps["xs"], traj.steps["clock"]
     c = (xs[:, 0] * xs[:, 1]).sum(-1)
     keep = c < 1 - 1e-6
     # the clock, well conditioned in c: s = artanh(c) - artanh(c(0))

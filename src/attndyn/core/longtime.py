@@ -54,7 +54,8 @@ class LongTrajectory:
     ``ts`` (T,) save times; ``xs`` (T, n, d) the tokens (merged tokens share one position);
     ``merges``: one ``(t, i, j)`` per merge of the point holding token ``i`` with the one holding
     token ``j``; ``clock`` (T,) the pairing clock s(t) = int_0^t e^{-beta (1 - <x_a, x_b>)} dt'
-    (for USA with a general Q^T K: <x_a, Q^T K x_b> and |Q^T K| in place of the inner product and 1) of the tokens ``a, b`` named in ``clock_pair`` (or ``None``), integrated with the state;
+    (for USA with a general Q^T K: <x_a, Q^T K x_b> and |Q^T K| in place of the inner product and 1)
+    of the tokens ``a, b`` named in ``clock_pair`` (or ``None``), integrated with the state;
     ``stats``: steps, rejected steps, field evaluations, the largest step, and ``logit_gap`` (the
     largest gap between a row's largest logit and another seen: above 745 some interaction was
     below e^{-745} and counted as zero); ``steps`` (with ``every_step=True``): the state after every
