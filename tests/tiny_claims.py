@@ -42,7 +42,7 @@ TINY = {
     "mean-field-limit": {"ns": [16, 32, 64, 128], "budget": 128, "M": 512, "dt": 0.1, "sphere_n": 256, "circle_n": 128},
     "phase-diagram": {"ds": [8, 64], "betas": [1.0, 2.0, 3.0, 4.0, 5.0], "systems": 12, "orthogonal_betas": [4.0]},
     "normalization": {"random_d": 16, "random_n": 8, "random_T": 2.0},
-    "metastability": {"betas": [30.0, 60.0], "saves": 150, "pair_beta": 100.0},
+    "metastability": {"betas": [30.0, 60.0], "saves": 150, "pair_beta": 100.0, "usa_betas": [500.0, 1000.0]},
     "noisy": {"n": 32, "seeds": 2, "window": 4.0, "kappas": [1.0, 4.0]},
     "trained-spectra": {},
     "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},

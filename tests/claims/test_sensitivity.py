@@ -21,8 +21,8 @@ POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negati
 
 SENSITIVITY = {
     "metastability": [
-        ({"beta_factor": 1 + 1e-9}, {}, ["plateau lengths: |ln"]),
-        ({"beta_factor": 1 - 1e-9}, {}, ["plateau lengths: |ln"]),
+        ({"beta_factor": 1 + 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start"]),
+        ({"beta_factor": 1 - 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start"]),
         ({"beta_factor": 1 + 1e-4}, {}, ["pairing at beta = 100: max |c(s) - exact"]),
         ({"betas": [30.0, 400.0]}, {}, ["largest logit gap"]),
     ],

@@ -757,9 +757,12 @@ def test_metastability_checks_fail_on_violations():
         a[f"{key}_c"] = theory.pairing_cosine(a[f"{key}_s"] * 0.95, a[f"{key}_c"][0])
     assert failing(judged(cid, a), "pairing at beta = 100: max |c(s) - exact")
     a = copy_arrays(cid)
-    for key in ("merge_t1", "merge_t_tight1"):  # one merge 1e-6 late in ln t, in both tolerance runs
-        a[key][-2] *= 1 + 1e-6
-    assert failing(judged(cid, a), "plateau lengths: |ln")
+    # one judged merge 1e-6 late in ln t (SA: beta = 60's third, USA: beta = 1000's last), in both tolerance runs
+    for key, m in (("merge_t1", -2), ("merge_t_tight1", -2), ("usa_merge_t1", -1), ("usa_merge_t_tight1", -1)):
+        a[key][m] *= 1 + 1e-6
+    checks = judged(cid, a)
+    assert failing(checks, "plateau lengths: |ln")
+    assert failing(checks, "USA (the authors' start")
     a = copy_arrays(cid)
     a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
     assert failing(judged(cid, a), "largest logit gap")

@@ -28,12 +28,16 @@ CLAIM = ClaimInfo(
         "the largest integration error (a 100x tighter run) plus that neglected fraction; (ii) in the rescaled time "
         "s = int e^{-beta (1 - c)} dt the closest pair's cosine follows the exact pair law, tanh(2 s + artanh c0) with its "
         "finite-beta factor, within 3x its integration error while beta (1 - c) >= 10; (iii) no interaction that the "
-        "runs needed fell below the float64 range (largest logit gap < 745). Reported: the energy plateaus' distance "
+        "runs needed fell below the float64 range (largest logit gap < 745); (iv) the published figure's model, USA on the "
+        "circle from the authors' five-token start at their beta = 500 to 4000, integrated in their time tau = e^beta t: "
+        "its merges against the same two-cluster law (USA weights e^{beta c} / n), judged as in (i). Reported: the energy plateaus' distance "
         "from sum_a m_a^2 (an identity for merged point clusters), the tanh law's own deviation, and the plateau lengths "
         "in decades by level and beta."
     ),
     hypotheses=(
-        "Q = K = V = I on S^2, n = 5, one random start for every beta. The authors used beta from 500 to 4000; from a start "
+        "Q = K = V = I on S^2 (SA), n = 5, one random start for every beta; USA on S^1 from the authors' start "
+        "0.5 (0, 0.5, 2, 4, 7) log(2000) / sqrt(2000) (its spread, beta (1 - cos 0.595) = 0.172 beta, stays in float64 up to "
+        "beta = 4000). The authors used beta from 500 to 4000; from a start "
         "spread over the sphere beta (1 - cos theta) reaches 2 beta, so float64 (e^{-745}) allows beta up to about 370: the "
         "full run takes beta = 50, 100, 200, 300, the quick run 40, 80, 160. The pairing start holds a pair at cosine 0.5 "
         "and three tokens at cosine <= 0 to it and to each other (a unique closest pair, equal masses), at beta = 200. "
@@ -54,11 +58,13 @@ class Config(ExperimentConfig):
     level_tol: float = 1e-3
     min_decades: float = 2.0
     law_margin: float = 10.0
+    # the published figure's model (USA on the circle, the authors' start and betas; SPEC §8.4)
+    usa_betas: list[float] = [500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0]
     # the perturbation the sensitivity tests make: the runs' beta times beta_factor (the judge uses beta)
     beta_factor: float = 1.0
 
 
-QUICK = {"betas": [40.0, 80.0, 160.0], "saves": 200}
+QUICK = {"betas": [40.0, 80.0, 160.0], "saves": 200, "usa_betas": [500.0, 1000.0, 2000.0]}
 
 
 def pair_start(c0: float) -> np.ndarray:
@@ -69,6 +75,7 @@ def pair_start(c0: float) -> np.ndarray:
 
 ROUNDING = 64 * float(np.finfo(np.float64).eps)
 DETECTS_BETA = "beta off by 1e-9 in the runs (the judge uses beta)"
+DETECTS_USA = "beta off by 1e-9 in the USA runs"
 DETECTS_PAIR = "beta off by 1e-4 in the pairing run"
 TIGHT = {"rtol": 1e-12, "atol": 1e-14}  # the step-halving stand-in: the same runs at a 100x tighter tolerance
 MERGE_U = 0.5e-18  # 1 - cos at simulate_long's merge distance 1e-9
@@ -82,6 +89,13 @@ def _merge_states(traj) -> np.ndarray:
     """The tokens just after each merge (the state of the accepted step at which it happened): ``(M, n, d)``."""
     t = traj.steps["t"]
     return np.stack([traj.steps["xs"][int(np.searchsorted(t, m[0]))] for m in traj.merges]) if traj.merges else np.empty((0, *traj.xs.shape[1:]))
+
+
+def authors_start() -> np.ndarray:
+    """The published staircase's start (SPEC §8.4): five tokens on the circle at angles
+    0.5 (0, 0.5, 2, 4, 7) log(2000) / sqrt(2000), computed once with beta = 2000 and used for every beta."""
+    theta = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * math.log(2000) / math.sqrt(2000)
+    return np.stack([np.cos(theta), np.sin(theta)], 1)
 
 
 def run(config: Config) -> Result:
@@ -102,6 +116,21 @@ def run(config: Config) -> Result:
         arrays[f"merge_t_tight{k}"] = np.array([m[0] for m in tight.merges])
         arrays[f"after_merge{k}"] = _merge_states(traj)
         gaps.append(traj.stats["logit_gap"])
+    # USA on the circle from the authors' five-token start, in tau = e^beta t (their time; t leaves float64 at beta > 709)
+    x0 = authors_start()
+    arrays |= {"usa_start": x0, "usa_betas": np.array(config.usa_betas)}
+    spread = float(1 - (x0 @ x0.T).min())
+    for k, beta in enumerate(config.usa_betas):
+        model = ad.Model(ad.Weights.identity(2), beta=beta * config.beta_factor, geometry="sphere", normalization="unnormalized")
+        taus = np.concatenate([[0.0], np.exp(np.linspace(-3.0, min(beta * spread + 10, 700.0), config.saves))])
+        traj = simulate_long(model, x0, taus, every_step=True, rescaled_time=True)
+        tight = simulate_long(model, x0, taus, rescaled_time=True, **TIGHT)
+        arrays[f"usa_ts{k}"], arrays[f"usa_energy{k}"], arrays[f"usa_xs{k}"] = taus, ms.normalized_energy(traj.xs, beta), traj.xs
+        arrays[f"usa_merge_t{k}"] = np.array([m[0] for m in traj.merges])
+        arrays[f"usa_merge_tokens{k}"] = np.array([m[1:] for m in traj.merges], dtype=np.int64).reshape(-1, 2)
+        arrays[f"usa_merge_t_tight{k}"] = np.array([m[0] for m in tight.merges])
+        arrays[f"usa_after_merge{k}"] = _merge_states(traj)
+        gaps.append(traj.stats["logit_gap"])
     arrays["logit_gap"] = np.array(gaps)
     c0, beta = config.pair_c0, config.pair_beta
     model = ad.Model(ad.Weights.identity(3), beta=beta * config.beta_factor, geometry="sphere")
@@ -116,15 +145,17 @@ def run(config: Config) -> Result:
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
 
 
-def merge_table(arrays: dict, config: Config) -> list[dict]:
+def merge_table(arrays: dict, config: Config, prefix: str = "") -> list[dict]:
     """Every merge of every run with its plateau: the time since the previous merge against the isolated
-    two-cluster law (theory.pair_log_time) from the state just after the previous merge."""
+    two-cluster law (theory.pair_log_time) from the state just after the previous merge. For the USA runs
+    (``prefix`` "usa_") times are tau = e^beta t and so is the law."""
     rows = []
-    for k in _cases(arrays):
-        beta, times = float(arrays["betas"][k]), arrays[f"merge_t{k}"]
-        tight, tokens, after = arrays[f"merge_t_tight{k}"], arrays[f"merge_tokens{k}"], arrays[f"after_merge{k}"]
+    usa = prefix == "usa_"
+    for k in _cases(arrays, prefix):
+        beta, times = float(arrays[f"{prefix}betas"][k]), arrays[f"{prefix}merge_t{k}"]
+        tight, tokens, after = arrays[f"{prefix}merge_t_tight{k}"], arrays[f"{prefix}merge_tokens{k}"], arrays[f"{prefix}after_merge{k}"]
         for m in range(len(times)):
-            X = arrays["start"] if m == 0 else after[m - 1]
+            X = arrays[f"{prefix}start"] if m == 0 else after[m - 1]
             t_prev = 0.0 if m == 0 else float(times[m - 1])
             # clusters: simulate_long gives merged tokens one position
             heads, label = [], np.empty(len(X), dtype=int)
@@ -143,7 +174,8 @@ def merge_table(arrays: dict, config: Config) -> list[dict]:
             gap = float(times[m]) - t_prev
             row = {"beta": beta, "merge": m, "masses": (int(mass[a]), int(mass[b])), "c0": c0, "isolation": isolation}
             row["log_dt"] = math.log(gap) if gap > 0 else -math.inf
-            row["law"] = theory.pair_log_time(beta, c0, mass[a], mass[b], u_end=MERGE_U, n=len(X)) if c0 < 1 - 1e-12 else math.nan
+            law = theory.pair_log_time(beta, c0, mass[a], mass[b], u_end=MERGE_U, n=len(X), usa=usa) if c0 < 1 - 1e-12 else math.nan
+            row["law"] = law + beta if usa else law  # USA: ln tau = beta + ln t
             row["integration"] = (
                 abs(math.log(gap) - math.log(float(tight[m]) - (0.0 if m == 0 else float(tight[m - 1]))))
                 if len(tight) == len(times) and gap > 0
@@ -153,22 +185,23 @@ def merge_table(arrays: dict, config: Config) -> list[dict]:
     return rows
 
 
-def _cases(arrays: dict) -> list[int]:
-    return sorted(int(k[6:]) for k in arrays if k.startswith("energy") and k[6:].isdigit())
+def _cases(arrays: dict, prefix: str = "") -> list[int]:
+    key = f"{prefix}energy"
+    return sorted(int(k[len(key) :]) for k in arrays if k.startswith(key) and k[len(key) :].isdigit())
 
 
-def plateau_table(arrays: dict, config: Config) -> list[dict]:
-    """Every plateau of every run: beta, start, end, level, sum m^2 at its middle, first/last flags."""
+def plateau_table(arrays: dict, config: Config, prefix: str = "") -> list[dict]:
+    """Every plateau of every run (``prefix`` "usa_": the USA runs): beta, start, end, level, sum m^2 at its middle, first/last flags."""
     rows = []
-    for k in _cases(arrays):
-        ts, E, xs = arrays[f"ts{k}"], arrays[f"energy{k}"], arrays[f"xs{k}"]
+    for k in _cases(arrays, prefix):
+        ts, E, xs = arrays[f"{prefix}ts{k}"], arrays[f"{prefix}energy{k}"], arrays[f"{prefix}xs{k}"]
         found = ms.plateaus(ts, E, tol=config.level_tol, min_decades=config.min_decades)
         for p in found:
             mid = int(np.searchsorted(ts, math.exp(0.5 * (math.log(p.start) + math.log(p.end)))))  # (start * end can overflow)
             m = ms.cluster_masses(xs[min(mid, len(ts) - 1)], 1e-3)
             rows.append(
                 {
-                    "beta": float(arrays["betas"][k]),
+                    "beta": float(arrays[f"{prefix}betas"][k]),
                     "start": p.start,
                     "end": p.end,
                     "decades": p.decades,
@@ -241,6 +274,27 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         cases=[f"beta = {m['beta']:g}, merge {m['merge'] + 1}" for m in judged],
         detects=DETECTS_BETA,
     )
+    # the same law for the published figure's USA runs, in tau = e^beta t
+    usa_merges = merge_table(arrays, config, "usa_")
+    usa_judged = [m for m in usa_merges if m["isolation"] <= ISOLATION and m["beta"] * (1 - m["c0"]) >= LAW_FROM and np.isfinite(m["law"])]
+    usa_integration = max((m["integration"] for m in usa_judged), default=math.nan)
+    checks[
+        f"USA (the authors' start and betas): plateau lengths |ln(tau_merge - tau_previous) - ln tau_law| / its budget, every merge with "
+        f"beta (1 - c0) >= {LAW_FROM:g}"
+    ] = every_within(
+        [abs(m["log_dt"] - m["law"]) / (3 * (usa_integration + m["isolation"]) + ROUNDING) for m in usa_judged],
+        0.0,
+        1.0,
+        f"{len(usa_judged)} of {len(usa_merges)} merges; integration error {usa_integration:.2g} in ln tau",
+        cases=[f"beta = {m['beta']:g}, merge {m['merge'] + 1}" for m in usa_judged],
+        detects=DETECTS_USA,
+    )
+    usa_rows = plateau_table(arrays, config, "usa_")
+    usa_gaps = [abs(r["level"] - r["sum_m2"]) for r in usa_rows]
+    checks[f"USA: every plateau of >= {config.min_decades:g} decades: |E - sum m_a^2|"] = report(
+        max(usa_gaps) if usa_gaps else float("nan"),
+        f"{len(usa_rows)} plateaus at levels " + ", ".join(f"{lv:.2f}" for lv in sorted({round(r["level"], 2) for r in usa_rows})),
+    )
     checks["plateau lengths: largest |ln(t_merge - t_previous) - beta (1 - c0)| (the leading law without its prefactor)"] = report(
         max((abs(m["log_dt"] - m["beta"] * (1 - m["c0"])) for m in judged), default=float("nan")),
         "O(log beta): the prefactor 1 / (beta (1 - c0^2) k)",
@@ -259,7 +313,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     )
     seen = sorted({round(r["level"], 2) for r in rows})
     checks["plateau levels seen, over all betas"] = report(len(seen), ", ".join(f"{lv:.2f}" for lv in seen))
-    return checks, {"plateaus": rows, "merges": merges}
+    return checks, {"plateaus": rows, "merges": merges, "usa_plateaus": usa_rows, "usa_merges": usa_merges}
 
 
 def figures(result: Result) -> dict:
@@ -273,6 +327,15 @@ def figures(result: Result) -> dict:
         xlabel="log10 t",
         ylabel="normalised energy E(t)",
         title=f"energy staircase, n = {n}: plateaus at sum m_a^2 (dotted: every level)",
+        hlines={f"{level:.2f}": level for level in theory.staircase_levels(n)},
+    )
+    usa = {f"beta = {a['usa_betas'][k]:g}": (np.log10(a[f"usa_ts{k}"][1:]), a[f"usa_energy{k}"][1:]) for k in _cases(a, "usa_")}
+    usa_stair = plots.curves(
+        None,
+        usa,
+        xlabel="log10 tau (tau = e^beta t)",
+        ylabel="normalised energy E",
+        title="USA from the authors' start (the published figure's model)",
         hlines={f"{level:.2f}": level for level in theory.staircase_levels(n)},
     )
     c, s = a["pair_c"], a["pair_s"]
@@ -290,4 +353,4 @@ def figures(result: Result) -> dict:
         points={"simulated (accepted steps)": (sp[::every], cp[::every])},
         hlines={f"beta (1 - c) = {result.params['law_margin']:g}": 1 - float(result.params["law_margin"]) / beta},
     )
-    return {"staircase": stair, "pairing": pairing}
+    return {"staircase": stair, "usa_staircase": usa_stair, "pairing": pairing}
