@@ -58,7 +58,7 @@ class Config(ExperimentConfig):
     level_tol: float = 1e-3
     min_decades: float = 2.0
     law_margin: float = 10.0
-    # the published figure's model (USA on the circle, the authors' start and betas; SPEC §8.4)
+    # the published figure's model (USA on the circle, the authors' start and betas)
     usa_betas: list[float] = [500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0]
     # the perturbation the sensitivity tests make: the runs' beta times beta_factor (the judge uses beta)
     beta_factor: float = 1.0
@@ -92,7 +92,7 @@ def _merge_states(traj) -> np.ndarray:
 
 
 def authors_start() -> np.ndarray:
-    """The published staircase's start (SPEC §8.4): five tokens on the circle at angles
+    """The published staircase's start: five tokens on the circle at angles
     0.5 (0, 0.5, 2, 4, 7) log(2000) / sqrt(2000), computed once with beta = 2000 and used for every beta."""
     theta = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * math.log(2000) / math.sqrt(2000)
     return np.stack([np.cos(theta), np.sin(theta)], 1)
