@@ -92,7 +92,7 @@ def _merge_states(traj) -> np.ndarray:
 
 
 def authors_start() -> np.ndarray:
-    """The published staircase's start: five tokens on the circle at angles
+    """The start of the published staircase (arXiv 2410.06833, the authors' staircase.py): five tokens on the circle at angles
     0.5 (0, 0.5, 2, 4, 7) log(2000) / sqrt(2000), computed once with beta = 2000 and used for every beta."""
     theta = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * math.log(2000) / math.sqrt(2000)
     return np.stack([np.cos(theta), np.sin(theta)], 1)
