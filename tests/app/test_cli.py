@@ -313,3 +313,36 @@ def test_analyze_and_movie_never_overwrite_a_file_attndyn_did_not_write(tmp_path
         assert "was not written by attndyn" in " ".join(result.output.split())
         assert (out / name).read_bytes() == b"mine"
         (out / name).unlink()
+
+
+def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
+    from attndyn.app import cli
+
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(TINY)
+    result = runner.invoke(app, ["simulate", str(cfg), "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("simulate: ")]
+    assert [line.split(" %")[0] for line in lines] == [f"simulate: {p}" for p in range(10, 101, 10)], lines
+    assert "s elapsed" in lines[-1]
+
+
+def test_an_adaptive_step_that_collapses_is_said_once_with_the_fixed_step_suggestion():
+    from attndyn.app import cli
+
+    steps = np.concatenate([np.full(100, 0.1), np.full(cli.COLLAPSE_STEPS + 20, 1e-7)])
+    ts = np.cumsum(steps)
+    with cli.err_console.capture() as cap, cli.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=True) as update:
+        for t in ts:
+            update(float(t))
+    said = cap.get()
+    assert said.count("the adaptive step has collapsed to 1.0e-07") == 1, said
+    assert "a fixed step (solver.dt) may serve" in said
+    # a short last step before a save time, or a few small steps, is no collapse; nor is anything in a fixed-step run
+    for adaptive, small in ((True, cli.COLLAPSE_STEPS - 1), (False, cli.COLLAPSE_STEPS + 20)):
+        ts = np.cumsum(np.concatenate([np.full(100, 0.1), np.full(small, 1e-7), np.full(10, 0.1)]))
+        with cli.err_console.capture() as cap, cli.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=adaptive) as update:
+            for t in ts:
+                update(float(t))
+        assert "collapsed" not in cap.get()

@@ -142,16 +142,68 @@ def main(
         fail(str(err))
 
 
+PROGRESS_DELAY = 1.0  # seconds before a run's progress appears (short runs print none)
+COLLAPSE_RATIO = 1e-4  # an adaptive step this much below the largest so far ...
+COLLAPSE_STEPS = 50  # ... for this many accepted steps in a row is a collapse
+
+
+class StepWatch:
+    """Reads an adaptive run's accepted steps off successive ``progress(t)`` calls and says when they collapse
+    (near-hardmax attention makes adaptive steps chatter: the error estimate jumps as an argmax flips)."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.largest = 0.0
+        self.run = 0
+        self.collapsed: tuple[float, float] | None = None  # (t, step) when first seen
+
+    def see(self, t: float) -> bool:
+        """Record the step ending at ``t``; True the first time a collapse is seen."""
+        if self.last is not None and t > self.last:
+            h = t - self.last
+            self.largest = max(self.largest, h)
+            self.run = self.run + 1 if h < COLLAPSE_RATIO * self.largest else 0
+            if self.run >= COLLAPSE_STEPS and self.collapsed is None:
+                self.collapsed = (t, h)
+                self.last = t
+                return True
+        self.last = t
+        return False
+
+
 @contextlib.contextmanager
-def delayed_progress(description: str, total: float, *, delay: float = 1.0) -> Iterator[Callable[[float], None]]:
-    """Yield ``update(completed)``; a Rich bar appears only once the run has lasted ``delay`` s."""
+def delayed_progress(description: str, total: float, *, delay: float | None = None, adaptive: bool = False) -> Iterator[Callable[[float], None]]:
+    """Yield ``update(completed)``. Progress appears once the run has lasted ``delay`` s (default
+    ``PROGRESS_DELAY``): a Rich bar on a terminal, else one line per 10 % with the elapsed time. For an
+    adaptive run (``adaptive``) a collapsing step is said once, with the suggestion of a fixed step."""
     start = time.perf_counter()
-    state: dict = {}
+    wait = PROGRESS_DELAY if delay is None else delay
+    state: dict = {"decile": 0}
+    watch = StepWatch() if adaptive else None
+    terminal = err_console.is_terminal
+
+    def say_line(text: str) -> None:
+        err_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def update(completed: float):
+        if watch is not None and watch.see(completed):
+            t, h = watch.collapsed
+            say_line(
+                f"{description}: the adaptive step has collapsed to {h:.1e} (the largest so far {watch.largest:.1e}) at t = {t:.6g}; "
+                "near-hardmax attention makes adaptive steps chatter, and a fixed step (solver.dt) may serve"
+            )
+            if "bar" in state:
+                state["bar"].update(state["task"], description=f"{description} [step {h:.0e}: collapsing]")
+        elapsed = time.perf_counter() - start
+        if elapsed < wait:
+            return
+        if not terminal:
+            decile = int(10 * completed / total) if total > 0 else 10
+            if decile > state["decile"]:
+                state["decile"] = decile
+                say_line(f"{description}: {10 * decile} % (t = {completed:.6g} of {total:g}), {elapsed:.0f} s elapsed")
+            return
         if "bar" not in state:
-            if time.perf_counter() - start < delay:
-                return
             bar = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -192,7 +244,7 @@ def simulate(
     if movie and (out / "trajectory.gif").exists() and "trajectory.gif" not in (marker or {}).get("files", []):
         fail(f"{out / 'trajectory.gif'} exists and was not written by attndyn; move it away or name another folder")
     try:
-        with delayed_progress("simulate", cfg.solver.t1) as update:
+        with delayed_progress("simulate", cfg.solver.t1, adaptive=cfg.solver.rtol is not None and cfg.solver.method != "long") as update:
             run = runs.execute(cfg, progress=update)
     except ConfigError as err:
         fail(f"{config}: {err}")
