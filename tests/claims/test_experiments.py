@@ -134,3 +134,23 @@ def test_list_shows_every_claim():
     assert result.exit_code == 0
     for cid in EXPERIMENTS:
         assert cid in result.output
+
+
+ALMOST_EVERY = [
+    "boolean-1d",
+    "polytope",
+    "collapse",
+    "hyperplanes",
+    "hyperplanes-negative-control",
+    "polytope-subspace",
+    "sphere",
+    "causal",
+    "hardmax",
+]
+
+
+@pytest.mark.parametrize("claim_id", ALMOST_EVERY)
+def test_quick_sizes_of_almost_every_claims_run_twenty_seeds(claim_id):
+    # "for almost every initial datum" is judged over N >= 20 seeds, at the quick sizes too
+    module = load(claim_id)
+    assert module.Config(seed=0, **module.QUICK).seeds >= 20

@@ -48,7 +48,7 @@ class Config(ExperimentConfig):
     t_factor: float = 1.0
 
 
-QUICK = {"seeds": 12, "n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-QK", "real-nonneg2"]}
+QUICK = {"n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-QK", "real-nonneg2"]}
 LIMIT_TOL = 1e-3
 
 

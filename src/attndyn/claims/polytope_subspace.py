@@ -38,7 +38,7 @@ class Config(ExperimentConfig):
     t_factor: float = 1.0
 
 
-QUICK = {"seeds": 10}
+QUICK: dict = {}
 VERTEX_TOL = 1e-3
 
 
