@@ -7,12 +7,17 @@
   the reference the project replaces.
 * Work-precision: max error at T = 2 vs nfev for each solver on one attention problem, against
   scipy DOP853 at rtol = atol = 1e-13.
+* Small-system paths (20, 2), 1000 RK4 steps: the compiled path (``attndyn.core.compiled``, warm
+  cache; its cold start measured apart), the eager engine (``ATTNDYN_COMPILED=0``) and a NumPy RK4
+  written here, on the process CPU clock and the wall clock, seven interleaved rounds, medians.
 Usage: python benchmarks/solvers.py
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,8 +122,70 @@ def work_precision():
         print(f"  {'dopri5':>8} {f'rtol=atol={tol:g}':>16} {tr.stats['nfev']:>7} {np.abs(tr.xs[-1].numpy() - ref).max():>10.2e}")
 
 
+def numpy_rk4_rescaled(z, dt, steps):
+    """NumPy RK4 for the rescaled V = I field z' = sum_j P_ij (z_j - z_i), P at x = e^t z."""
+
+    def f(t, y):
+        L = np.exp(2 * t) * (y @ y.T)
+        L -= L.max(1, keepdims=True)
+        P = np.exp(L)
+        P /= P.sum(1, keepdims=True)
+        return P @ y - y
+
+    t = 0.0
+    for _ in range(steps):
+        k1 = f(t, z)
+        k2 = f(t + dt / 2, z + dt / 2 * k1)
+        k3 = f(t + dt / 2, z + dt / 2 * k2)
+        k4 = f(t + dt, z + dt * k3)
+        z = z + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        t += dt
+    return z
+
+
+def small_system_paths():
+    from attndyn.core import compiled
+
+    rng = np.random.default_rng(1)
+    z0 = rng.uniform(-1, 1, (20, 2))
+    model = ad.Model(ad.Weights.identity(2), rescaled=True)
+    steps, dt = 1000, 0.005
+    ts = [0.0, steps * dt]
+    with tempfile.TemporaryDirectory() as tmp:  # the cold start: one compiler call into an empty cache
+        os.environ["ATTNDYN_CACHE"] = tmp
+        compiled.STATUS.update(library=None, reason="not tried")
+        start = time.perf_counter()
+        compiled.library()
+        cold = time.perf_counter() - start
+        runs = {
+            "compiled": lambda: (os.environ.__setitem__("ATTNDYN_COMPILED", "1"), ad.simulate(model, z0, ts, solver=ad.RK4(), step=ad.FixedStep(dt))),
+            "eager": lambda: (os.environ.__setitem__("ATTNDYN_COMPILED", "0"), ad.simulate(model, z0, ts, solver=ad.RK4(), step=ad.FixedStep(dt))),
+            "numpy": lambda: numpy_rk4_rescaled(z0, dt, steps),
+        }
+        for f in runs.values():
+            f()  # warm-up
+        wall = {k: [] for k in runs}
+        cpu = {k: [] for k in runs}
+        for _ in range(7):
+            for k, f in runs.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                f()
+                wall[k].append(time.perf_counter() - w0)
+                cpu[k].append(time.process_time() - c0)
+        os.environ.pop("ATTNDYN_COMPILED", None)
+        os.environ.pop("ATTNDYN_CACHE", None)
+    med = {k: (float(np.median(cpu[k])) / steps * 1e6, float(np.median(wall[k])) / steps * 1e6) for k in runs}
+    print(f"small system (20, 2), rescaled V = I, RK4, {steps} steps; us per step, CPU clock / wall clock (medians of 7 rounds):")
+    for k, (c, w) in med.items():
+        print(f"  {k:>9}: {c:6.1f} / {w:6.1f}   eager over it: {med['eager'][0] / c:5.2f}x (CPU)")
+    print(
+        f"  compiled cold start (one compiler call, then cached on disk): {cold:.2f} s, {1e6 * cold / steps:.0f} us per step of a first 1000-step run"
+    )
+
+
 if __name__ == "__main__":
     torch.set_num_threads(torch.get_num_threads())
     ensemble()
     single_system()
+    small_system_paths()
     work_precision()

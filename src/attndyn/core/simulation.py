@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attndyn.core import compiled
 from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
-from attndyn.core.solvers import AdaptiveStep, Dopri5, FixedStep, Tableau, integrate
+from attndyn.core.solvers import GRID_RTOL, AdaptiveStep, Dopri5, FixedStep, Tableau, integrate, save_times
 from attndyn.core.threads import policy as threads_policy
 from attndyn.core.threads import state_batch, state_work
 from attndyn.core.weights import Weights, as_float_tensor, to_numpy
@@ -205,6 +206,9 @@ def simulate(
             n, d = x.shape[-2:]
             if d > n:
                 return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
+        fast = _compiled(model, x, ts, solver, step, observe, max_steps, progress)
+        if fast is not None:
+            return fast
         args = prepare(model, x)
         # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
         field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
@@ -236,6 +240,27 @@ def simulate(
             observed=sol.observed,
             variable="z" if model.rescaled else "x",
         )
+
+
+def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_steps: int, progress) -> Trajectory | None:
+    """The run through :mod:`attndyn.core.compiled` when it covers the call and pays (else ``None``: the eager engine)."""
+    if compiled.eligible(model, x, solver, step, observe) is not None:
+        return None
+    times = save_times(ts)
+    counts = [round((b - a) / step.dt) for a, b in zip(times[:-1], times[1:], strict=True)]
+    if any(abs((b - a) / step.dt - k) > GRID_RTOL * max(1.0, k) for a, b, k in zip(times[:-1], times[1:], counts, strict=True)):
+        return None  # off the grid: the eager path raises its error
+    if sum(counts) > max_steps or not compiled.pays(x, sum(counts)):
+        return None
+    if model.geometry == "sphere":
+        norms = torch.linalg.vector_norm(x, dim=-1)
+        if not bool((norms - 1).abs().max() <= 1e-8):
+            return None  # the eager path says what is wrong
+    out = compiled.run(model, x, times, counts, step.dt, progress)
+    if out is None:
+        return None
+    xs, stats = out
+    return Trajectory(ts=torch.tensor(times, dtype=torch.float64), xs=xs, stats=stats, observed=None, variable="z" if model.rescaled else "x")
 
 
 def span_obstruction(model: Model) -> str | None:
