@@ -37,9 +37,10 @@ def models(rng):
     W2 = ad.Weights(*(rng.normal(size=(2, 2)) for _ in range(3)))
     W3 = ad.Weights(*(rng.normal(size=(3, 3)) for _ in range(3)))
     x = rng.normal(size=(3, 12, 3))
+    spd = ad.Weights(np.eye(2), np.array([[2.0, 0.3], [0.3, 1.0]]), 0.7 * np.eye(2))
     return [
         ("Euclidean, random Q, K, V", ad.Model(W2, beta=1.5), rng.uniform(-1, 1, (20, 2))),
-        ("rescaled, V = 0.7 I, Q^T K SPD", ad.Model(ad.Weights(np.eye(2), np.array([[2.0, 0.3], [0.3, 1.0]]), 0.7 * np.eye(2)), rescaled=True), rng.uniform(-1, 1, (2, 15, 2))),
+        ("rescaled, V = 0.7 I, Q^T K SPD", ad.Model(spd, rescaled=True), rng.uniform(-1, 1, (2, 15, 2))),
         ("sphere (Post-LN), random Q, K, V, a batch", ad.Model(W3, beta=3.0, geometry="sphere"), x / np.linalg.norm(x, axis=-1, keepdims=True)),
         ("d = 1, rescaled", ad.Model(ad.Weights(np.eye(1), np.array([[0.5]]), np.array([[2.0]])), rescaled=True), rng.uniform(-1, 1, (6, 1))),
     ]  # fmt: skip
