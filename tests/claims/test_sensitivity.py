@@ -37,7 +37,7 @@ SENSITIVITY = {
         ({"beta_factor": 1 + 1e-6}, {}, ["beta = 4, seeds split at T: cluster centres", "orthogonal start (SA", "orthogonal start (USA"]),
         ({"beta_factor": 1.5}, {}, ["beta = 4: every seed in one cluster"]),
         ({"T": 20.0}, {}, ["beta = 4, seeds split at T = "]),
-        ({"v_skew": 1e-3}, {}, ["hemisphere: fitted decay rate"]),
+        ({"v_skew": 1e-4}, {}, ["hemisphere: fitted decay rate"]),
     ],
     "high-dimensional": [
         ({"v_error": 1e-9}, {}, ["Thm 4.2: the top eigen-coordinate converged", "Thm 4.2: every token's"]),

@@ -25,7 +25,8 @@ CLAIM = ClaimInfo(
         "beta = 4, every seed in one cluster by T = 10 e^{2 beta} (adaptive steps), and "
         "every seed still split at T = 300 is k >= 2 tight clusters (diameter <= 1e-6) whose centres follow the k-point "
         "reduced ODE (point masses = cluster sizes / n) to 1e-6 over [300, 600]; "
-        "from a hemisphere, 1 - min_i <x_i, x*> decays at the linearised rate 2 (fitted in [1.8, 2.2]); pairwise orthogonal "
+        "from a hemisphere, 1 - min_i <x_i, x*> decays at the linearised rate 2 (fitted within 3e-3, 3x the nonlinear "
+        "correction where the fit starts); pairwise orthogonal "
         "tokens stay equiangular with cos(angle) solving the equiangular ODE (to 1e-10). Reported, because no small error "
         "of the dynamics moves them: the beta = 1 seeds not in one cluster at T = 300 (they cluster by t ~ 20), E_beta "
         "non-decreasing along SA and USA; and the beta = 9 times to one cluster against e^{2 beta}."
@@ -59,7 +60,7 @@ QUICK = {"slow_seeds": 0}
 CLUSTER_TOL = 1e-6
 REDUCED_TOL = 1e-6
 STEP = {"rtol": 1e-9, "atol": 1e-11}
-HEMISPHERE_RATE = (1.8, 2.2)
+HEMISPHERE_RATE = (1.994, 2.006)  # 2 +- 3e-3: the fit starts at a gap of 1e-3, where the quadratic term moves the rate by ~1e-3
 ORTHOGONAL_TOL = 1e-10  # the runs' rtol is 1e-11; measured 6e-12
 
 
@@ -223,7 +224,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     sel = (gap < 1e-3) & (gap > 1e-10)
     rate = -np.polyfit(ts[sel], np.log(gap[sel]), 1)[0] if sel.sum() >= 4 else float("nan")
     checks["hemisphere: fitted decay rate of 1 - min_i <x_i, x*> (linearisation: 2)"] = within(
-        rate, *HEMISPHERE_RATE, n=int(sel.sum()), detects="a rotation of 1e-3 in V (V = I + 1e-3 J)"
+        rate, *HEMISPHERE_RATE, n=int(sel.sum()), detects="a rotation of 1e-4 in V (V = I + 1e-4 J)"
     )
     return checks, info
 
