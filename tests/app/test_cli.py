@@ -346,3 +346,16 @@ def test_an_adaptive_step_that_collapses_is_said_once_with_the_fixed_step_sugges
             for t in ts:
                 update(float(t))
         assert "collapsed" not in cap.get()
+
+
+@pytest.mark.parametrize("method", ["spectral", "finite-volume"])
+def test_meanfield_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, method):
+    from attndyn.app import cli
+
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    text = MF_OK if method == "spectral" else f'method = "finite-volume"\n{MF_OK}'
+    result = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("meanfield: ")]
+    assert lines, result.output
+    assert lines[-1].startswith("meanfield: 100 %"), lines

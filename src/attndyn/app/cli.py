@@ -305,7 +305,8 @@ def meanfield(
     ownership.check(out, "meanfield")
     start = time.perf_counter()
     try:
-        sol = mf.solve_circle(rho0, ts, beta=cfg.beta, usa=cfg.usa, rtol=cfg.rtol, atol=cfg.atol, method=cfg.method, cfl=cfg.cfl)
+        with delayed_progress("meanfield", float(ts[-1]), adaptive=cfg.method == "spectral") as update:
+            sol = mf.solve_circle(rho0, ts, beta=cfg.beta, usa=cfg.usa, rtol=cfg.rtol, atol=cfg.atol, method=cfg.method, cfl=cfg.cfl, progress=update)
     except ValueError as err:
         fail(f"{config}: {err}")
     except mf.ResolutionError as err:

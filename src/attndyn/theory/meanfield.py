@@ -172,11 +172,22 @@ def check_run(beta: float, ts: np.ndarray | list[float], dt: float | None) -> np
 
 
 def step_through(
-    field: Callable, x0: torch.Tensor, ts: np.ndarray, args: object, *, rtol: float, atol: float, dt: float | None, observe: Callable, max_steps: int
+    field: Callable,
+    x0: torch.Tensor,
+    ts: np.ndarray,
+    args: object,
+    *,
+    rtol: float,
+    atol: float,
+    dt: float | None,
+    observe: Callable,
+    max_steps: int,
+    progress: Callable[[float], None] | None = None,
 ) -> Solution:
-    """Adaptive Dopri5 at ``rtol``/``atol``, or RK4 at the fixed step ``dt`` when one is given; ``observe`` at every save."""
+    """Adaptive Dopri5 at ``rtol``/``atol``, or RK4 at the fixed step ``dt`` when one is given; ``observe`` at every
+    save, ``progress(t)`` after every accepted step."""
     solver, controller = (Dopri5(), AdaptiveStep(rtol=rtol, atol=atol)) if dt is None else (RK4(), FixedStep(dt))
-    return integrate(field, x0, ts, args, solver=solver, controller=controller, observe=observe, max_steps=max_steps)
+    return integrate(field, x0, ts, args, solver=solver, controller=controller, observe=observe, max_steps=max_steps, progress=progress)
 
 
 def solve_circle(
@@ -192,12 +203,14 @@ def solve_circle(
     cfl: float = 0.4,
     dt: float | None = None,
     threads: int | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> MeanFieldSolution:
     """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring).
 
     Spectral runs step with adaptive Dopri5 at ``rtol``/``atol``, or with classical RK4 at a fixed
     step ``dt`` when one is given (no error control: the caller owns the accuracy).
-    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`.
+    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`; ``progress(t)``
+    after every accepted step.
     """
     rho = check_density(rho0)
     ts = check_run(beta, ts, dt)
@@ -211,7 +224,7 @@ def solve_circle(
     if method == "finite-volume":
         if not 0 < cfl <= 0.5:
             raise ValueError(f"cfl = {cfl} must be in (0, 0.5] for the scheme to preserve positivity.")
-        return _finite_volume(rho, ts, beta=beta, usa=usa, cfl=cfl, max_steps=max_steps)
+        return _finite_volume(rho, ts, beta=beta, usa=usa, cfl=cfl, max_steps=max_steps, progress=progress)
     with threads_policy(float(M), threads):  # FFTs of M points: one thread below the crossover
         z, v = _coefficients(M, beta, usa)
         m = np.arange(M // 2 + 1)
@@ -223,7 +236,7 @@ def solve_circle(
             check_resolution(t, arr, np.abs(np.fft.rfft(arr)) ** 2, f"the grid of M = {M}", "refine M")
             return r.new_zeros(())
 
-        sol = step_through(_field, torch.as_tensor(rho), ts, args, rtol=rtol, atol=atol, dt=dt, observe=check, max_steps=max_steps)
+        sol = step_through(_field, torch.as_tensor(rho), ts, args, rtol=rtol, atol=atol, dt=dt, observe=check, max_steps=max_steps, progress=progress)
         return MeanFieldSolution(np.asarray(sol.ts), 2 * math.pi * np.arange(M) / M, sol.xs.numpy(), int(sol.stats["steps"]), "spectral")
 
 
@@ -251,7 +264,9 @@ def _fv_rhs(rho: np.ndarray, vel: np.ndarray, h: float) -> np.ndarray:
     return -(flux - np.roll(flux, 1)) / h
 
 
-def _finite_volume(rho: np.ndarray, ts: np.ndarray, *, beta: float, usa: bool, cfl: float, max_steps: int) -> MeanFieldSolution:
+def _finite_volume(
+    rho: np.ndarray, ts: np.ndarray, *, beta: float, usa: bool, cfl: float, max_steps: int, progress: Callable[[float], None] | None = None
+) -> MeanFieldSolution:
     M = rho.size
     h = 2 * math.pi / M
     z, v = _coefficients(M, beta, usa)
@@ -269,6 +284,8 @@ def _finite_volume(rho: np.ndarray, ts: np.ndarray, *, beta: float, usa: bool, c
             rho = rho / 3 + 2 / 3 * (r2 + dt * _fv_rhs(r2, _face_velocity(r2, z, v, shift, usa), h))
             t = target if target - t <= dt else t + dt
             steps += 1
+            if progress is not None:
+                progress(t)
             if steps > max_steps:
                 raise RuntimeError(f"the finite-volume scheme took more than max_steps = {max_steps} steps before t = {target:g}.")
         out[k] = rho
