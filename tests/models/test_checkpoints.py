@@ -207,6 +207,10 @@ def test_minilm_spectra_and_bad_text(minilm_ckpt):
 def test_minilm_cli_report(minilm_checkpoint_page):
     code, output, out = minilm_checkpoint_page
     assert code == 0, output
+    # not a terminal: each stage is one printed line with the elapsed time
+    stages = [line for line in output.splitlines() if line.startswith("checkpoint: ")]
+    assert len(stages) >= 2, output
+    assert all(line.endswith("s elapsed") for line in stages)
     record = json.loads((out / "checkpoint.json").read_text())
     assert record["heads_total"] == 72
     assert len(record["comparison"]) == 7

@@ -807,7 +807,7 @@ def checkpoint(
                 head=head,
                 out=out,
                 allow_pickle=allow_pickle,
-                progress=lambda msg: bar.update(task, description=msg),
+                progress=_stages(bar, task),
                 device=dev,
                 dtype=torch_dtype,
                 spectra_only=spectra_only,
@@ -831,6 +831,19 @@ def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
     for r in rows:
         t.add_row(*(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in columns))
     console.print(t)
+
+
+def _stages(bar: Progress, task) -> Callable[[str], None]:
+    """``progress(message)`` for ``checkpoint``'s stages: the status line on a terminal, else one printed line per
+    stage with the elapsed time."""
+    start = time.perf_counter()
+
+    def stage(message: str) -> None:
+        bar.update(task, description=message)
+        if not err_console.is_terminal:
+            err_console.print(f"checkpoint: {message}, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
+
+    return stage
 
 
 def _status() -> Progress:
@@ -883,7 +896,7 @@ def _decoder(
             regime_layers=regimes,
             heatmap=None if head is None else (layer, head),
             dtype=torch_dtype,
-            progress=lambda msg: bar.update(task, description=msg),
+            progress=_stages(bar, task),
         )
     last = record["per_layer"][-1]
     console.print(
