@@ -835,13 +835,14 @@ def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
 
 def _stages(bar: Progress, task) -> Callable[[str], None]:
     """``progress(message)`` for ``checkpoint``'s stages: the status line on a terminal, else one printed line per
-    stage with the elapsed time."""
+    stage with the elapsed time, from ``PROGRESS_DELAY`` s on (a bad input found at once prints only its error)."""
     start = time.perf_counter()
 
     def stage(message: str) -> None:
         bar.update(task, description=message)
-        if not err_console.is_terminal:
-            err_console.print(f"checkpoint: {message}, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
+        elapsed = time.perf_counter() - start
+        if not err_console.is_terminal and elapsed >= PROGRESS_DELAY:
+            err_console.print(f"checkpoint: {message}, {elapsed:.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
     return stage
 
