@@ -111,7 +111,9 @@ def test_integrate_is_generic_harmonic_oscillator():
     np.testing.assert_allclose(adaptive.xs[:, 1, 0].numpy(), 2 / w * np.sin(w * ts), atol=1e-8)
 
 
-def test_simulate_equals_integrate_of_the_prepared_field(rng):
+def test_simulate_equals_integrate_of_the_prepared_field(rng, monkeypatch):
+    # the eager wrapper exactly (the compiled path, which takes the same steps to 1e-12, is tested in test_compiled)
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
     model = ad.Model(random_weights(rng, 3), beta=0.9)
     x0 = torch.as_tensor(rng.normal(size=(6, 3)))
     traj = ad.simulate(model, x0, [0, 0.5, 1.0], solver=ad.RK4(), step=ad.FixedStep(0.01))

@@ -28,10 +28,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from attndyn.core.dynamics import Model
+from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau
 
 MIN_STEPS = 100  # below this the eager engine's fixed set-up is the smaller cost
 MAX_WORK = 250_000  # batch * n^2 * d: above it torch's kernels (and threads) win
@@ -163,10 +167,8 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
-def eligible(model, x: torch.Tensor, solver, step, observe) -> str | None:
+def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | AdaptiveStep, observe: Callable | None) -> str | None:
     """Why :func:`run` cannot integrate this call (``None`` when it can); see the module docstring."""
-    from attndyn.core.solvers import FixedStep
-
     w = model.weights
     checks = [
         (getattr(solver, "name", "") == "rk4", "not RK4"),
@@ -197,7 +199,9 @@ def pays(x: torch.Tensor, steps: int) -> bool:
     return batch * n * n * d <= MAX_WORK
 
 
-def run(model, x: torch.Tensor, times: list[float], counts: list[int], dt: float, progress=None) -> tuple[torch.Tensor, dict] | None:
+def run(
+    model: Model, x: torch.Tensor, times: list[float], counts: list[int], dt: float, progress: Callable[[float], None] | None = None
+) -> tuple[torch.Tensor, dict] | None:
     """Integrate ``counts[k]`` RK4 steps of ``dt`` between consecutive ``times`` and return the saved states
     ``(len(times), *x.shape)`` and the stats, or ``None`` when the kernel is unavailable."""
     lib = library()
