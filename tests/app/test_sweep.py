@@ -41,6 +41,11 @@ save_every = 0.5
 """
 
 
+# the eager engine: its tasks last long enough for a signal to land mid-run (the compiled path finishes
+# this sweep's ten tasks before the first poll)
+SLOW_TASKS = os.environ | {"ATTNDYN_COMPILED": "0"}
+
+
 def write_sweep(folder, grid: str, extra: str = "", base: str = BASE) -> str:
     (folder / "base.toml").write_text(base)
     path = folder / "sweep.toml"
@@ -279,7 +284,10 @@ def test_killing_the_driver_loses_nothing_and_duplicates_nothing(tmp_path):
     out = tmp_path / "out"
     kill_after = int(np.random.default_rng(int(time.time())).integers(1, 8))  # a random point of the run
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attndyn", "sweep", path, "--out", str(out), "--workers", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "attndyn", "sweep", path, "--out", str(out), "--workers", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=SLOW_TASKS,
     )
     try:
         wait_until_done(out, kill_after)
@@ -311,6 +319,7 @@ def test_ctrl_c_says_how_many_tasks_are_done_and_how_to_resume(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=SLOW_TASKS,
     )
     try:
         wait_until_done(out, 1)
