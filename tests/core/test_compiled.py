@@ -58,6 +58,21 @@ def test_the_compiled_path_takes_the_eager_engine_s_steps(kernel, monkeypatch, c
     np.testing.assert_array_equal(fast.ts.numpy(), eager.ts.numpy())
 
 
+def test_it_records_observe_at_every_save_as_the_eager_solver_does(kernel, monkeypatch):
+    model = ad.Model(ad.Weights.identity(2), beta=2.0)
+    x0 = np.random.default_rng(7).uniform(-1, 1, (9, 2))
+
+    def spread(t, x):
+        return (x - x.mean(-2, keepdim=True)).norm(dim=-1).max()
+
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ATTNDYN_COMPILED", flag)
+        runs[flag] = ad.simulate(model, x0, np.linspace(0, 2, 5), solver=ad.RK4(), step=ad.FixedStep(0.01), observe=spread)
+    assert runs["1"].observed.shape == runs["0"].observed.shape == (5,)
+    torch.testing.assert_close(runs["1"].observed, runs["0"].observed, rtol=1e-12, atol=0)
+
+
 def test_it_reports_progress_and_non_finite_states(kernel, monkeypatch):
     model = ad.Model(ad.Weights(np.eye(2), np.eye(2), 40.0 * np.eye(2)))
     seen = []

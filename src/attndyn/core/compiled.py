@@ -173,7 +173,6 @@ def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | A
     checks = [
         (getattr(solver, "name", "") == "rk4", "not RK4"),
         (isinstance(step, FixedStep), "not a fixed step"),
-        (observe is None, "an observe callback"),
         (x.dtype == torch.float64 and x.device.type == "cpu", "not float64 on the CPU"),
         (w.heads == 1 and w.ff is None, "several heads or a feed-forward layer"),
         (model.mask == "full" and model.normalization == "softmax" and model.sink_bias == 0.0, "a mask, a sink or another normalization"),
@@ -200,10 +199,17 @@ def pays(x: torch.Tensor, steps: int) -> bool:
 
 
 def run(
-    model: Model, x: torch.Tensor, times: list[float], counts: list[int], dt: float, progress: Callable[[float], None] | None = None
-) -> tuple[torch.Tensor, dict] | None:
+    model: Model,
+    x: torch.Tensor,
+    times: list[float],
+    counts: list[int],
+    dt: float,
+    progress: Callable[[float], None] | None = None,
+    observe: Callable | None = None,
+) -> tuple[torch.Tensor, dict, torch.Tensor | None] | None:
     """Integrate ``counts[k]`` RK4 steps of ``dt`` between consecutive ``times`` and return the saved states
-    ``(len(times), *x.shape)`` and the stats, or ``None`` when the kernel is unavailable."""
+    ``(len(times), *x.shape)``, the stats and the stacked ``observe(t, x)`` of every save (as the eager solver
+    records them), or ``None`` when the kernel is unavailable."""
     lib = library()
     if lib is None:
         return None
@@ -217,6 +223,7 @@ def run(
     state = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64).reshape(B, n, d).copy()
     ptr = ctypes.POINTER(ctypes.c_double)
     out = [state.copy()]
+    seen = None if observe is None else [observe(times[0], x)]
     done = 0
     for a, (b, count) in enumerate(zip(times[1:], counts, strict=True)):
         rc = lib.rk4_steps(B, n, d, M.ctypes.data_as(ptr), V.ctypes.data_as(ptr), float(model.beta), lam, mode,
@@ -227,7 +234,10 @@ def run(
         if not np.isfinite(state).all():
             raise FloatingPointError(f"the state became non-finite at t={b:.6g} (checked at save times; the last finite save was t={times[a]:.6g}).")
         out.append(state.copy())
+        if seen is not None:
+            seen.append(observe(b, torch.from_numpy(out[-1].reshape(x.shape))))
         if progress is not None:
             progress(times[0] + done * dt)
     xs = torch.from_numpy(np.stack(out).reshape(len(times), *x.shape))
-    return xs, {"nfev": 4 * done, "steps": done, "rejected": 0}
+    observed = None if seen is None else torch.stack([torch.as_tensor(o) for o in seen])
+    return xs, {"nfev": 4 * done, "steps": done, "rejected": 0}, observed

@@ -260,11 +260,11 @@ def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_step
         norms = torch.linalg.vector_norm(x, dim=-1)
         if not bool((norms - 1).abs().max() <= 1e-8):
             return None  # the eager path says what is wrong
-    out = compiled.run(model, x, times, counts, step.dt, progress)
+    out = compiled.run(model, x, times, counts, step.dt, progress, observe)
     if out is None:
         return None
-    xs, stats = out
-    return Trajectory(ts=torch.tensor(times, dtype=torch.float64), xs=xs, stats=stats, observed=None, variable="z" if model.rescaled else "x")
+    xs, stats, observed = out
+    return Trajectory(ts=torch.tensor(times, dtype=torch.float64), xs=xs, stats=stats, observed=observed, variable="z" if model.rescaled else "x")
 
 
 def span_obstruction(model: Model) -> str | None:
