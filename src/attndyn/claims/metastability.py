@@ -10,7 +10,7 @@ from scipy.interpolate import CubicSpline
 
 import attndyn as ad
 from attndyn.analysis import metastability as ms
-from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, at_most, every_within, report, unit_rows
+from attndyn.claims.common import Check, ClaimInfo, ExperimentConfig, Result, at_most, every_within, report, unit_rows
 from attndyn.core.longtime import simulate_long
 from attndyn.theory import closed_forms as theory
 from attndyn.workflow import plots
@@ -213,6 +213,22 @@ def plateau_table(arrays: dict, config: Config, prefix: str = "") -> list[dict]:
     return rows
 
 
+def _merge_law(merges: list[dict], clock: str, detects: str) -> tuple[list[dict], Check]:
+    """The judged merges (long plateaus, other interactions below ISOLATION) and the check of their waiting times
+    against the two-cluster law: each over its budget, 3x the largest integration error plus its neglected fraction."""
+    judged = [m for m in merges if m["isolation"] <= ISOLATION and m["beta"] * (1 - m["c0"]) >= LAW_FROM and np.isfinite(m["law"])]
+    integration = max((m["integration"] for m in judged), default=math.nan)
+    check = every_within(
+        [abs(m["log_dt"] - m["law"]) / (3 * (integration + m["isolation"]) + ROUNDING) for m in judged],
+        0.0,
+        1.0,
+        f"{len(judged)} of {len(merges)} merges; integration error {integration:.2g} in ln {clock}",
+        cases=[f"beta = {m['beta']:g}, merge {m['merge'] + 1}" for m in judged],
+        detects=detects,
+    )
+    return judged, check
+
+
 def _pairing(s: np.ndarray, c: np.ndarray, beta: float, margin: float) -> tuple[np.ndarray, np.ndarray]:
     """The pairing window (beta (1 - c) >= margin: a prefix of the run) and the exact pair law on it."""
     keep = beta * (1 - c) >= margin
@@ -261,34 +277,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     # (iii) plateau lengths: each isolated merge's waiting time against the two-cluster law from the state after the
     # previous merge (e^{beta (1 - c0)} with its prefactor), within 3x the largest integration error of the judged merges
     merges = merge_table(arrays, config)
-    judged = [m for m in merges if m["isolation"] <= ISOLATION and m["beta"] * (1 - m["c0"]) >= LAW_FROM and np.isfinite(m["law"])]
-    integration = max((m["integration"] for m in judged), default=math.nan)
+    judged, law_check = _merge_law(merges, "t", DETECTS_BETA)
     checks[
         f"plateau lengths: |ln(t_merge - t_previous) - ln t_law| / its budget, every merge with beta (1 - c0) >= {LAW_FROM:g} "
         "(3x the largest integration error + the neglected interactions)"
-    ] = every_within(
-        [abs(m["log_dt"] - m["law"]) / (3 * (integration + m["isolation"]) + ROUNDING) for m in judged],
-        0.0,
-        1.0,
-        f"{len(judged)} of {len(merges)} merges; integration error {integration:.2g} in ln t",
-        cases=[f"beta = {m['beta']:g}, merge {m['merge'] + 1}" for m in judged],
-        detects=DETECTS_BETA,
-    )
+    ] = law_check
     # the same law for the published figure's USA runs, in tau = e^beta t
     usa_merges = merge_table(arrays, config, "usa_")
-    usa_judged = [m for m in usa_merges if m["isolation"] <= ISOLATION and m["beta"] * (1 - m["c0"]) >= LAW_FROM and np.isfinite(m["law"])]
-    usa_integration = max((m["integration"] for m in usa_judged), default=math.nan)
     checks[
         f"USA (the authors' start and betas): plateau lengths |ln(tau_merge - tau_previous) - ln tau_law| / its budget, every merge with "
         f"beta (1 - c0) >= {LAW_FROM:g}"
-    ] = every_within(
-        [abs(m["log_dt"] - m["law"]) / (3 * (usa_integration + m["isolation"]) + ROUNDING) for m in usa_judged],
-        0.0,
-        1.0,
-        f"{len(usa_judged)} of {len(usa_merges)} merges; integration error {usa_integration:.2g} in ln tau",
-        cases=[f"beta = {m['beta']:g}, merge {m['merge'] + 1}" for m in usa_judged],
-        detects=DETECTS_USA,
-    )
+    ] = _merge_law(usa_merges, "tau", DETECTS_USA)[1]
     usa_rows = plateau_table(arrays, config, "usa_")
     usa_gaps = [abs(r["level"] - r["sum_m2"]) for r in usa_rows]
     checks[f"USA: every plateau of >= {config.min_decades:g} decades: |E - sum m_a^2|"] = report(
