@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.analysis import clusters, numerics
@@ -38,7 +39,7 @@ class Config(ExperimentConfig):
     # (E a fixed unit matrix; the judge uses the stated spectrum), and the most negative eigenvalue set to
     # -(lambda_1 + rival) so that the top one is no longer of largest modulus (None: the authors' spectrum)
     v_error: float = 0.0
-    rival: float | None = None
+    rival: float | None = Field(None, ge=0)
 
 
 QUICK = {"d": 64, "n": 64, "T": 10.0}

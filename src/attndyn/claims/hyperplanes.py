@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.linalg as sla
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.analysis import clusters, geometry, spectra
@@ -45,7 +46,7 @@ class Config(ExperimentConfig):
     v_error: float = 0.0
     phi_form: float | None = None
     nonneg_shift: float = 0.0
-    t_factor: float = 1.0
+    t_factor: float = Field(1.0, gt=0)
 
 
 QUICK = {"n": 20, "cases": ["V2", "V3a", "perron2", "V2-indefinite-QK", "real-nonneg2"]}

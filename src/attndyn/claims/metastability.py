@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 from scipy.interpolate import CubicSpline
 
 import attndyn as ad
@@ -61,7 +62,7 @@ class Config(ExperimentConfig):
     # the published figure's model (USA on the circle, the authors' start and betas)
     usa_betas: list[float] = [500.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0]
     # the perturbation the sensitivity tests make: the runs' beta times beta_factor (the judge uses beta)
-    beta_factor: float = 1.0
+    beta_factor: float = Field(1.0, gt=0)
 
 
 QUICK = {"betas": [40.0, 80.0, 160.0], "saves": 200, "usa_betas": [500.0, 2000.0]}

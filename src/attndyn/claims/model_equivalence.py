@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
+from pydantic import Field
 from scipy.integrate import solve_ivp
 from scipy.optimize import linear_sum_assignment
 
@@ -36,7 +37,7 @@ class Config(ExperimentConfig):
     T: float = 2.0
     # the perturbation the sensitivity tests make: every engine call runs with V v_factor, while the judge and
     # the NumPy references use V
-    v_factor: float = 1.0
+    v_factor: float = Field(1.0, gt=0)
     # and the feed-forward identity's W = ff_scale I
     ff_scale: float = 1.0
 

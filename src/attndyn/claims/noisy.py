@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 from scipy.optimize import brentq
 from scipy.special import ive
 
@@ -40,8 +41,8 @@ class Config(ExperimentConfig):
     kappas: list[float] = [0.5, 1.0, 1.5, 2.5, 3.0, 4.0, 6.0]
     n: int = 256
     seeds: int = 4
-    window: float = 20.0
-    burn_in: float = 5.0  # relaxation times discarded before the window
+    window: float = Field(20.0, gt=0)
+    burn_in: float = Field(5.0, ge=0)  # relaxation times discarded before the window
     dt: float = 0.05
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every, every_within, report
@@ -50,8 +51,8 @@ class Config(ExperimentConfig):
     time_shift: float = 0.0
     # and the t*(beta) the judge compares with, computed for star_n tokens instead of n (None: n); the orthogonal
     # runs' beta times orthogonal_beta_factor
-    star_n: int | None = None
-    orthogonal_beta_factor: float = 1.0
+    star_n: int | None = Field(None, ge=2)
+    orthogonal_beta_factor: float = Field(1.0, gt=0)
 
 
 CROSSING = "attndyn.claims.phase_diagram:pair_crossing_times"

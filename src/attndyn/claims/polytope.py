@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.analysis import clusters, geometry, lowrank
@@ -37,8 +38,8 @@ class Config(ExperimentConfig):
     # (E a fixed symmetric unit matrix) while the judge uses Q^T K; V = v_scale I integrated in x and judged as
     # z = e^{-t} x (a rescaling error); the horizon T times t_factor
     qk_error: float = 0.0
-    v_scale: float = 1.0
-    t_factor: float = 1.0
+    v_scale: float = Field(1.0, gt=0)
+    t_factor: float = Field(1.0, gt=0)
 
 
 QUICK = {"ns": [20], "scales": [5.0]}

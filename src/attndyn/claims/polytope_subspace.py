@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.analysis import geometry
@@ -35,7 +36,7 @@ class Config(ExperimentConfig):
     # perturbations the sensitivity tests make (the claim is the defaults): the judged series run with V + v_error E
     # (E a fixed unit matrix; the judge uses the stated V), and every horizon times t_factor
     v_error: float = 0.0
-    t_factor: float = 1.0
+    t_factor: float = Field(1.0, gt=0)
 
 
 QUICK: dict = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
 from attndyn.analysis import clusters
@@ -48,10 +49,10 @@ class Config(ExperimentConfig):
     hemisphere_T: float = 15.0
     # perturbations the sensitivity tests make (the claim is the defaults): every run's beta times beta_factor and
     # V = I + v_skew J (J a rotation generator in the first two coordinates), while the judge uses beta and V = I
-    beta_factor: float = 1.0
+    beta_factor: float = Field(1.0, gt=0)
     v_skew: float = 0.0
     # and the beta = 4 horizon 10 e^{2 beta} times horizon_factor
-    horizon_factor: float = 1.0
+    horizon_factor: float = Field(1.0, gt=0)
 
 
 # The beta = 9 merge times are of order e^{18} ~ 7e7: the full run reports how many seeds merged by
