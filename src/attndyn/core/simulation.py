@@ -35,7 +35,7 @@ import torch
 
 from attndyn.core import compiled
 from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
-from attndyn.core.solvers import GRID_RTOL, AdaptiveStep, Dopri5, FixedStep, Tableau, integrate, save_times
+from attndyn.core.solvers import AdaptiveStep, Dopri5, FixedStep, Tableau, integrate, save_times, step_counts
 from attndyn.core.threads import policy as threads_policy
 from attndyn.core.threads import state_batch, state_work
 from attndyn.core.weights import Weights, as_float_tensor, to_numpy
@@ -251,8 +251,9 @@ def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_step
     if compiled.eligible(model, x, solver, step, observe) is not None:
         return None
     times = save_times(ts)
-    counts = [round((b - a) / step.dt) for a, b in zip(times[:-1], times[1:], strict=True)]
-    if any(abs((b - a) / step.dt - k) > GRID_RTOL * max(1.0, k) for a, b, k in zip(times[:-1], times[1:], counts, strict=True)):
+    try:
+        counts = step_counts(times, step.dt)
+    except ValueError:
         return None  # off the grid: the eager path raises its error
     if sum(counts) > max_steps or not compiled.pays(x, sum(counts)):
         return None

@@ -342,6 +342,17 @@ def save_times(ts: np.ndarray | torch.Tensor | list[float]) -> list[float]:
     return arr.tolist()
 
 
+def step_counts(times: list[float], dt: float) -> list[int]:
+    """The number of fixed steps of ``dt`` between consecutive save ``times``; ``ValueError`` when a save time is off the grid."""
+    counts = []
+    for a, b in zip(times[:-1], times[1:], strict=True):
+        k = (b - a) / dt
+        if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
+            raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
+        counts.append(round(k))
+    return counts
+
+
 def _is_finite(x: torch.Tensor) -> bool:
     return math.isfinite(float(x.sum()))
 
@@ -414,12 +425,7 @@ def integrate(
     t = times[0]
     if isinstance(controller, FixedStep):
         dt = controller.dt
-        counts = []
-        for a, b in zip(times[:-1], times[1:], strict=True):
-            k = (b - a) / dt
-            if abs(k - round(k)) > GRID_RTOL * max(1.0, k):
-                raise ValueError(f"save time {b:g} is not on the dt={dt:g} grid from {a:g}; use save times that are multiples of dt.")
-            counts.append(round(k))
+        counts = step_counts(times, dt)
         base = times[0]
         done = 0
         for target, count in zip(times[1:], counts, strict=True):
