@@ -114,3 +114,137 @@ def test_without_a_compiler_simulate_stays_eager_and_says_why(tmp_path, monkeypa
     assert traj.stats["steps"] == 200
     assert compiled.STATUS["library"] is None
     assert "no C compiler" in compiled.STATUS["reason"]
+
+
+def torch_field(model, x, t=0.0):
+    """The torch field (the oracle of the C field): prepared with ATTNDYN_COMPILED=0."""
+    from attndyn.core.dynamics import prepare, vector_field
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTNDYN_COMPILED", "0")
+        args = prepare(model, x)
+    assert args.native is None
+    return vector_field(t, x, args)
+
+
+def test_the_vectorised_exponential_against_libm(kernel):
+    x = np.concatenate([np.linspace(-708.0, 0.0, 200_001), np.linspace(0.0, 700.0, 2001), [-0.0, 1e-300, -1e-300]])
+    y = np.empty_like(x)
+    kernel.library().exp_array(x.size, x.ctypes.data, y.ctypes.data)
+    rel = np.abs(y / np.exp(x) - 1)
+    assert rel.max() <= 4e-16
+    z = np.array([-800.0, -1e4, -np.inf, np.nan])
+    kernel.library().exp_array(z.size, z.ctypes.data, y.ctypes.data)
+    assert (y[:3] > 0).all()
+    assert (y[:3] <= 1.001 * np.exp(-708.0)).all()  # below -708: about e^-708, negligible beside a row's 1
+    assert np.isnan(y[3])
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_the_native_field_is_torch_s_field_for_every_d_mode_and_shape(kernel, monkeypatch, d):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    from attndyn.core.dynamics import prepare, vector_field
+
+    rng = np.random.default_rng(d)
+    W = ad.Weights(*(rng.normal(size=(d, d)) for _ in range(3)))
+    lam = ad.Weights(rng.normal(size=(d, d)), rng.normal(size=(d, d)), 0.6 * np.eye(d))
+    for shape in [(1, d), (7, d), (9, d), (3, 17, d), (2, 2, 33, d)]:  # n = 1, below, above and past a block of 8 lanes
+        x = torch.tensor(rng.normal(size=shape))
+        u = x / x.norm(dim=-1, keepdim=True)
+        cases = [(ad.Model(W, beta=1.3), x, 0.0), (ad.Model(lam, rescaled=True), x, 0.7), (ad.Model(W, beta=2.0, geometry="sphere"), u, 0.0)]
+        for model, state, t in cases:
+            args = prepare(model, state)
+            assert args.native is not None, compiled.native_reason(model, state)
+            fast, ref = vector_field(t, state, args), torch_field(model, state, t)
+            assert fast.shape == ref.shape
+            torch.testing.assert_close(fast, ref, rtol=0, atol=1e-13 * max(1.0, ref.abs().max().item()))
+
+
+def test_every_solver_uses_the_native_field_and_gets_the_torch_trajectory(kernel, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    calls = []
+    real = compiled.field
+    monkeypatch.setattr(compiled, "field", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(3)
+    model = ad.Model(ad.Weights(*(rng.normal(size=(3, 3)) for _ in range(3))), beta=2.0, geometry="sphere")
+    x0 = rng.normal(size=(4, 11, 3))
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    ts = np.linspace(0, 3, 4)
+    fast = ad.simulate(model, x0, ts)
+    assert calls
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
+    n_calls = len(calls)
+    ref = ad.simulate(model, x0, ts)
+    assert len(calls) == n_calls
+    assert fast.stats["steps"] == ref.stats["steps"]
+    torch.testing.assert_close(fast.xs, ref.xs, rtol=0, atol=1e-11)
+
+
+def test_the_native_field_is_kept_off_where_torch_is_needed_or_faster(kernel, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    x = torch.zeros(5, 3, dtype=torch.float64)
+    W = ad.Weights.identity(3)
+    assert compiled.native_reason(ad.Model(W), x) is None
+    assert compiled.native_reason(ad.Model(W), x.float()) == "not float64 on the CPU"
+    assert compiled.native_reason(ad.Model(W, mask="causal"), x) == "a mask, a sink or another normalization"
+    assert compiled.native_reason(ad.Model(W, attention="fused"), x) == "the fused kernel was asked for"
+    assert compiled.native_reason(ad.Model(ad.Weights.identity(9)), torch.zeros(5, 9, dtype=torch.float64)) == "d > 8"
+    assert compiled.native_reason(ad.Model(ad.Weights(np.eye(3), np.eye(3), np.diag([1.0, 2.0, 3.0])), rescaled=True), x) is not None
+    grad = ad.Weights.identity(3)
+    grad.V.requires_grad_(True)
+    assert compiled.native_reason(ad.Model(grad), x) == "weights that require gradients"
+    with ad.core.threads.policy(0, 2):
+        assert compiled.native_reason(ad.Model(W), x) is None  # d = 3: one C thread beats two torch threads
+        assert compiled.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(5, 6, dtype=torch.float64)).startswith("torch runs 2 threads")
+    with ad.core.threads.policy(0, 3):
+        assert compiled.native_reason(ad.Model(W), x).startswith("torch runs 3 threads")
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
+    assert compiled.native_reason(ad.Model(W), x) == "ATTNDYN_COMPILED=0"
+
+
+def test_a_state_that_records_gradients_takes_the_torch_field(kernel, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    from attndyn.core.dynamics import prepare, vector_field
+
+    x = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    args = prepare(ad.Model(ad.Weights.identity(2)), x.detach())
+    assert args.native is not None
+    vector_field(0.0, x, args).sum().backward()
+    assert x.grad is not None
+    assert torch.isfinite(x.grad).all()
+    with pytest.raises(ValueError, match="gradients"):
+        compiled.field(args.native, x, 1.0)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_the_compiled_adaptive_step_takes_the_eager_engine_s_steps(kernel, monkeypatch, case):
+    """Stages, stage sums and error norm in C, the controller in Python: the same accepted and rejected steps."""
+    rng = np.random.default_rng(10 + case)
+    name, model, x0 = models(rng)[case]
+    calls = []
+    real = compiled.stepper
+    monkeypatch.setattr(compiled, "stepper", lambda *a: calls.append(1) or real(*a))
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ATTNDYN_COMPILED", flag)
+        runs[flag] = ad.simulate(model, x0, np.linspace(0.0, 3.0, 7), solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-9, atol=1e-11, dt0=0.5))
+        assert bool(calls) == (flag == "1"), name
+    assert runs["1"].stats == runs["0"].stats, name
+    assert runs["0"].stats["rejected"] > 0, name  # dt0 = 0.5 is rejected at first
+    torch.testing.assert_close(runs["1"].xs, runs["0"].xs, rtol=0, atol=1e-11)
+
+
+def test_the_compiled_adaptive_step_rejects_a_non_finite_trial(kernel, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    from attndyn.core.dynamics import prepare
+
+    model = ad.Model(ad.Weights.identity(2))
+    x = torch.tensor(np.random.default_rng(0).normal(size=(2, 5, 2)))
+    step = compiled.stepper(prepare(model, x).native, ad.Dopri5(), 1e-8, 1e-10)
+    k1 = torch.full_like(x, 1e308)
+    _, en, _ = step(0.0, x, 10.0, k1)
+    assert not math.isfinite(en)
+    x_new, en, k_last = step(0.0, x, 1e-3, torch.zeros_like(x))
+    assert math.isfinite(en)
+    assert torch.isfinite(x_new).all()
+    assert torch.isfinite(k_last).all()

@@ -48,6 +48,7 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
+from attndyn.core import compiled
 from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores, with_sink_bias
 from attndyn.core.attention import scores as _scores
 from attndyn.core.weights import Weights, as_float_tensor
@@ -195,6 +196,7 @@ class Prepared:
     M_identity: bool
     V_identity: bool
     zero: torch.Tensor
+    native: compiled.Native | None = None  # the field in C (attndyn.core.compiled), when it covers the model
 
     @property
     def heads(self) -> int:
@@ -272,6 +274,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
         V_identity=is_scalar and lam == 1.0,
         zero=torch.zeros((), dtype=dtype, device=device),
+        native=None if check else compiled.native(model, like),
     )
 
 
@@ -437,6 +440,8 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
 def _plain_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The field without a normalization scheme (on the sphere: Post-LN, the tangent projection at x)."""
     xq, scale = score_inputs(t, x, args)
+    if args.native is not None and not x.requires_grad:
+        return compiled.field(args.native, x, scale)
     out = _feed_forward(attention_term(xq, x, args, scale, subtract_own=args.rescaled), args)
     if args.sphere:  # the tangent projection in two passes (a dot product and one addcmul)
         out = torch.addcmul(out, torch.linalg.vecdot(out, x).unsqueeze(-1), x, value=-1.0)

@@ -216,6 +216,9 @@ def simulate(
         args = prepare(model, x)
         # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
         field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
+        fused_step = None
+        if args.native is not None and isinstance(step, AdaptiveStep) and solver.b_err is not None and (not args.sphere or args.scheme == "post"):
+            fused_step = compiled.stepper(args.native, solver, step.rtol, step.atol)
         try:
             sol = integrate(
                 field,
@@ -228,6 +231,7 @@ def simulate(
                 observe=observe,
                 max_steps=max_steps,
                 progress=progress,
+                stepper=fused_step,
             )
         except FloatingPointError as err:
             if model.rescaled and "non-finite" in str(err):

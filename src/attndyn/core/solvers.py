@@ -369,6 +369,7 @@ def integrate(
     observe: Callable[[float, torch.Tensor], torch.Tensor] | None = None,
     max_steps: int = 100_000,
     progress: Callable[[float], None] | None = None,
+    stepper: Callable[[float, torch.Tensor, float, torch.Tensor], tuple[torch.Tensor, float, torch.Tensor]] | None = None,
 ) -> Solution:
     """Integrate ``x' = f(t, x, args)`` from ``x0`` at ``ts[0]``, saving the state at every ``ts``.
 
@@ -383,6 +384,9 @@ def integrate(
         exactly on each save time; needs an embedded error estimate).
     observe : optional ``observe(t, x) -> tensor`` recorded at each save time.
     max_steps : cap on accepted + rejected steps; progress : ``progress(t)`` after each accepted step.
+    stepper : optional ``stepper(t, x, h, k1) -> (x_new, error_norm, k_last)`` that does the adaptive
+        steps' stages and error norm in one call (the C step of ``attndyn.core.compiled``: the same
+        arithmetic as ``rk_step`` and ``error_norm`` with ``f``); the controller is the same.
 
     Raises
     ------
@@ -459,9 +463,13 @@ def integrate(
                 count_step(t)
                 landing = t + dt >= target * (1 - 1e-14) if target > 0 else t + dt >= target
                 h = target - t if landing else dt
-                x_new, err, k_last, nf = rk_step(g, t, x, h, solver, k1=k1)
-                stats["nfev"] += nf
-                en = error_norm(err, x, x_new, step.rtol, step.atol, batch_dims)
+                if stepper is not None:
+                    x_new, en, k_last = stepper(t, x, h, k1)
+                    stats["nfev"] += solver.stages - 1
+                else:
+                    x_new, err, k_last, nf = rk_step(g, t, x, h, solver, k1=k1)
+                    stats["nfev"] += nf
+                    en = error_norm(err, x, x_new, step.rtol, step.atol, batch_dims)
                 if not math.isfinite(en):
                     en = math.inf
                 if en <= 1.0:
