@@ -6,11 +6,13 @@ over zero cases fails; ``attndyn judge`` agrees with ``reproduce`` and catches t
 """
 
 import json
+import math
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import attndyn as ad
 from attndyn.analysis import geometry
 from attndyn.app.cli import app
 from attndyn.claims import EXPERIMENTS, load
@@ -806,6 +808,19 @@ def test_causal_position_bias_checks_fail_on_violations():
     assert failing(judged(cid, a), "rollout of the engine's attention")
 
 
+def test_the_polygon_s_rounding_budget_grows_at_the_sphere_s_transverse_rate():
+    """The drift budget's rate against the flow: a radial error of the polygon grows like e^(gamma t)."""
+    from attndyn.claims.rank_collapse import polygon, transverse_rate
+
+    sphere = ad.Model(ad.Weights(np.eye(2), np.eye(2), -np.eye(2)), beta=1.0, geometry="sphere")
+    x0 = polygon(8) * math.sqrt(1 + 1e-9)  # |x|^2 - 1 = 1e-9 for every token
+    xs = ad.simulate(sphere, x0, [0.0, 2.0], solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=1e-12, atol=1e-20)).xs.numpy()
+    eps = (xs**2).sum(-1) - 1
+    rate = math.log(eps[-1].mean() / eps[0].mean()) / 2.0
+    assert rate == pytest.approx(transverse_rate(8, 1.0), rel=1e-3)
+    assert transverse_rate(8, 1.0) == pytest.approx(0.8928, abs=1e-4)
+
+
 def test_rank_collapse_checks_fail_on_violations():
     cid = "rank-collapse"
     stalled = {}
@@ -824,7 +839,7 @@ def test_rank_collapse_checks_fail_on_violations():
     a["polygon_velocity"][2, 0] += 1e-12
     assert failing(judged(cid, a), "post-LN, V = -I: velocity")
     a = copy_arrays(cid)
-    a["polygon_flow"][-1, 2, 0] += 1e-12
+    a["polygon_flow"][-1, 2, 0] += 1e-9
     assert failing(judged(cid, a), "post-LN, V = -I: max |x(t)")
     a = copy_arrays(cid)
     a["spec0"][:, 0] *= 1.05
