@@ -6,12 +6,11 @@ import pytest
 
 def pytest_configure(config):
     # The suite runs under the thread policy: one intra-op thread outside the library's entry
-    # points (which choose per call), so a competing process cannot make small tests 30x slower.
-    import torch
+    # points (which choose per call), for torch and NumPy's and SciPy's BLAS pools, so a competing
+    # process cannot make small tests 30x slower.
+    from attndyn.core.threads import set_process_default
 
-    from attndyn.core.threads import choose
-
-    torch.set_num_threads(choose(0.0))
+    set_process_default()
 
 
 @pytest.fixture

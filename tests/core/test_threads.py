@@ -117,3 +117,34 @@ def test_cli_threads_option(no_env, monkeypatch):
     assert result.exit_code == 2
     assert "--threads" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_process_default_holds_the_blas_pools_too(no_env):
+    """NumPy's and SciPy's BLAS pools start with every core; the CLI's and the suite's default holds them."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS)
+
+    previous = torch.get_num_threads()
+    with threadpoolctl.threadpool_limits(limits=None):  # restores the pools on exit
+        try:
+            assert threads.set_process_default(2) == 2
+            blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+            assert blas, "no BLAS pool found"
+            assert {p["num_threads"] for p in blas} == {2}
+            assert threads.set_process_default() == 1  # no override: one thread
+            assert {p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"} == {1}
+            assert torch.get_num_threads() == 1
+        finally:
+            torch.set_num_threads(previous)
+
+
+def test_the_cli_starts_with_one_blas_thread(no_env, tmp_path):
+    code = (
+        "import threadpoolctl, numpy, sys\n"
+        "from attndyn.app.cli import app\n"
+        "try:\n    app(['list'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted({p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas'}), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", threads.ENV)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "[1]", done.stderr

@@ -129,15 +129,14 @@ def main(
     """attndyn: Transformers as interacting particle systems."""
     import os
 
-    import torch
-
-    from attndyn.core.threads import ENV, check_threads, choose
+    from attndyn.core.threads import ENV, check_threads, set_process_default
 
     try:
         if threads is not None:
             os.environ[ENV] = str(check_threads(threads, "--threads"))
-        # the process default for work outside the library's entry points (which choose per call)
-        torch.set_num_threads(choose(0.0))
+        # the process default for work outside the library's entry points (which choose per call),
+        # for torch and for NumPy's and SciPy's BLAS pools
+        set_process_default()
     except ValueError as err:
         fail(str(err))
 
