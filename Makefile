@@ -46,6 +46,7 @@ gpu-check: $(STAMP)
 	$(PY) benchmarks/velocity.py --quick --device cuda
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet 'jax[cpu]>=0.4'  # the '.[bench]' extra: the JAX reference of benchmarks/solvers.py
 	$(PY) benchmarks/velocity.py
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/meanfield.py

@@ -58,3 +58,20 @@ def peak_rss_bytes() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def interleaved(runs: dict, *, rounds: int = 7) -> dict[str, tuple[float, float]]:
+    """Median (CPU seconds, wall seconds) of each candidate ``runs[name]()``: one warm-up call each,
+    then ``rounds`` rounds that call every candidate once in turn (so drift in the machine's load
+    falls on all of them alike)."""
+    for f in runs.values():
+        f()
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            f()
+            wall[k].append(time.perf_counter() - w0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: (statistics.median(cpu[k]), statistics.median(wall[k])) for k in runs}

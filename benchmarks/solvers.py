@@ -8,8 +8,16 @@
 * Work-precision: max error at T = 2 vs nfev for each solver on one attention problem, against
   scipy DOP853 at rtol = atol = 1e-13.
 * Small-system paths (20, 2), 1000 RK4 steps: the compiled path (``attndyn.core.compiled``, warm
-  cache; its cold start measured apart), the eager engine (``ATTNDYN_COMPILED=0``) and a NumPy RK4
-  written here, on the process CPU clock and the wall clock, seven interleaved rounds, medians.
+  cache; its cold start measured apart), the eager engine (``ATTNDYN_COMPILED=0``), a NumPy RK4
+  written here and, where JAX is installed (``pip install '.[bench]'``), the same RK4 under
+  ``jax.jit`` over a ``fori_loop`` (compile time measured apart), on the process CPU clock and the
+  wall clock, seven interleaved rounds, medians.
+* Batched fields (256, 32, d = 2 and 3), Euclidean (random Q, K, V) and the sphere (Post-LN,
+  Q^T K = 4 I, V = I): one evaluation of the engine's field (the C field), of the torch field
+  (``ATTNDYN_COMPILED=0``) and of a lean batched torch field written here, against the exp bound
+  B n^2 / (torch.exp's rate); the rates of NumPy's and the C field's own exp are printed beside it.
+  A batched RK4 run (256, 32, 3) against the same RK4 under JAX where installed.
+All candidates run on one thread (torch, NumPy's BLAS and XLA), on the same problem.
 Usage: python benchmarks/solvers.py
 """
 
@@ -28,7 +36,8 @@ from scipy.integrate import solve_ivp
 from scipy.special import softmax
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import median_time  # noqa: E402
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+from common import exp_rate, interleaved, median_time  # noqa: E402
 
 import attndyn as ad  # noqa: E402
 
@@ -143,6 +152,32 @@ def numpy_rk4_rescaled(z, dt, steps):
     return z
 
 
+def jax_or_none():
+    """JAX in float64 on the CPU, or None where it is not installed (a benchmark-only dependency)."""
+    try:
+        import jax
+    except ImportError:
+        print("  (JAX not installed: pip install '.[bench]' for the JAX reference)")
+        return None
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_platforms", "cpu")
+    return jax
+
+
+def jax_rk4(jax, field, steps: int, dt: float):
+    """``steps`` RK4 steps of ``field(t, x)`` as one jitted ``fori_loop`` (the whole trajectory compiled)."""
+
+    def body(k, x):
+        t = k * dt
+        k1 = field(t, x)
+        k2 = field(t + dt / 2, x + dt / 2 * k1)
+        k3 = field(t + dt / 2, x + dt / 2 * k2)
+        k4 = field(t + dt, x + dt * k3)
+        return x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+    return jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, x))
+
+
 def small_system_paths():
     from attndyn.core import compiled
 
@@ -151,6 +186,7 @@ def small_system_paths():
     model = ad.Model(ad.Weights.identity(2), rescaled=True)
     steps, dt = 1000, 0.005
     ts = [0.0, steps * dt]
+    jax = jax_or_none()
     with tempfile.TemporaryDirectory() as tmp:  # the cold start: one compiler call into an empty cache
         os.environ["ATTNDYN_CACHE"] = tmp
         compiled.STATUS.update(library=None, reason="not tried")
@@ -162,30 +198,130 @@ def small_system_paths():
             "eager": lambda: (os.environ.__setitem__("ATTNDYN_COMPILED", "0"), ad.simulate(model, z0, ts, solver=ad.RK4(), step=ad.FixedStep(dt))),
             "numpy": lambda: numpy_rk4_rescaled(z0, dt, steps),
         }
-        for f in runs.values():
-            f()  # warm-up
-        wall = {k: [] for k in runs}
-        cpu = {k: [] for k in runs}
-        for _ in range(7):
-            for k, f in runs.items():
-                w0, c0 = time.perf_counter(), time.process_time()
-                f()
-                wall[k].append(time.perf_counter() - w0)
-                cpu[k].append(time.process_time() - c0)
+        jax_compile = None
+        if jax is not None:
+            jnp = jax.numpy
+
+            def field(t, z):  # the rescaled field with V = I: softmax(e^{2t} z z^T) z - z
+                L = jnp.exp(2 * t) * (z @ z.T)
+                P = jnp.exp(L - L.max(-1, keepdims=True))
+                return (P / P.sum(-1, keepdims=True)) @ z - z
+
+            run_jax = jax_rk4(jax, field, steps, dt)
+            zj = jnp.asarray(z0)
+            start = time.perf_counter()
+            run_jax(zj).block_until_ready()
+            jax_compile = time.perf_counter() - start
+            ours = ad.simulate(model, z0, ts, solver=ad.RK4(), step=ad.FixedStep(dt)).xs[-1].numpy()
+            assert np.abs(np.asarray(run_jax(zj)) - ours).max() < 1e-10, "JAX and attndyn disagree"
+            runs["jax"] = lambda: run_jax(zj).block_until_ready()
+        med = interleaved(runs)
         os.environ.pop("ATTNDYN_COMPILED", None)
         os.environ.pop("ATTNDYN_CACHE", None)
-    med = {k: (float(np.median(cpu[k])) / steps * 1e6, float(np.median(wall[k])) / steps * 1e6) for k in runs}
+    us = {k: (c / steps * 1e6, w / steps * 1e6) for k, (c, w) in med.items()}
     print(f"small system (20, 2), rescaled V = I, RK4, {steps} steps; us per step, CPU clock / wall clock (medians of 7 rounds):")
-    for k, (c, w) in med.items():
-        print(f"  {k:>9}: {c:6.1f} / {w:6.1f}   eager over it: {med['eager'][0] / c:5.2f}x (CPU)")
+    for k, (c, w) in us.items():
+        print(f"  {k:>9}: {c:6.1f} / {w:6.1f}   eager over it: {us['eager'][0] / c:5.2f}x (CPU)")
+    if "jax" in us:
+        print(f"  compiled over JAX (CPU clock): {us['compiled'][0] / us['jax'][0]:.2f}x (target <= 2); JAX's compile: {jax_compile:.2f} s")
     print(
         f"  compiled cold start (one compiler call, then cached on disk): {cold:.2f} s, {1e6 * cold / steps:.0f} us per step of a first 1000-step run"
     )
 
 
+def lean_batched_field(x, M, VT, scale, sphere):
+    """A lean batched torch field: the fewest calls for (B, n, d) states, one head, dense softmax."""
+    L = torch.baddbmm(x.new_zeros(()), x @ M, x.transpose(1, 2), beta=0.0, alpha=scale)
+    P = L.sub_(L.amax(-1, keepdim=True)).exp_()
+    out = torch.bmm(P, x @ VT).div_(P.sum(-1, keepdim=True))
+    if sphere:
+        out = torch.addcmul(out, (out * x).sum(-1, keepdim=True), x, value=-1.0)
+    return out
+
+
+def c_exp_rate(size: int = 1 << 18) -> float:
+    """Evaluations/s of the C field's own exponential (``exp_array``) on a vector that stays in cache."""
+    from attndyn.core import compiled
+
+    lib = compiled.library()
+    x = -np.random.default_rng(0).uniform(0, 30, size)
+    y = np.empty_like(x)
+    return size / median_time(lambda: lib.exp_array(size, x.ctypes.data, y.ctypes.data), repeat=9)
+
+
+def batched_fields():
+    from attndyn.core.dynamics import prepare, vector_field
+
+    B, n = 256, 32
+    torch_exp = exp_rate()
+    xs = np.random.default_rng(0).uniform(-30, 0, 1 << 18)
+    np_exp = xs.size / median_time(lambda: np.exp(xs), repeat=9)
+    own_exp = c_exp_rate()
+    bound = B * n * n / torch_exp
+    print(
+        f"batched fields ({B}, {n}, d), one evaluation, one thread; exp rates: torch {torch_exp / 1e9:.2f} G/s, NumPy {np_exp / 1e9:.2f} G/s, "
+        f"the C field's own {own_exp / 1e9:.2f} G/s; exp bound B n^2 / torch rate = {1e6 * bound:.0f} us"
+    )
+    print(f"  {'case':>16} {'C field':>9} {'torch field':>12} {'lean torch':>11}   C field: % of exp bound, lean / C")
+    rng = np.random.default_rng(1)
+    for geometry in ("euclidean", "sphere"):
+        for d in (2, 3):
+            x = torch.tensor(rng.normal(size=(B, n, d)))
+            if geometry == "sphere":
+                x = x / x.norm(dim=-1, keepdim=True)
+                model = ad.Model(ad.Weights.identity(d), beta=4.0, geometry="sphere")
+            else:
+                model = ad.Model(ad.Weights(*(rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))))
+            os.environ["ATTNDYN_COMPILED"] = "1"
+            fast = prepare(model, x)
+            os.environ["ATTNDYN_COMPILED"] = "0"
+            slow = prepare(model, x)
+            os.environ.pop("ATTNDYN_COMPILED")
+            assert fast.native is not None, "the C field is not in use"
+            assert slow.native is None
+            w = model.weights
+            M = (w.Q[0].T @ w.K[0]).to(x.dtype)
+            VT = w.V[0].T.contiguous().to(x.dtype)
+            runs = {
+                "c": lambda x=x, a=fast: vector_field(0.0, x, a),
+                "torch": lambda x=x, a=slow: vector_field(0.0, x, a),
+                "lean": lambda x=x, M=M, VT=VT, beta=model.beta, sphere=geometry == "sphere": lean_batched_field(x, M, VT, beta, sphere),
+            }
+            ref = runs["torch"]()
+            assert (runs["c"]() - ref).abs().max() < 1e-13, "the C field and torch's disagree"
+            assert (runs["lean"]() - ref).abs().max() < 1e-13, "the lean field and torch's disagree"
+            med = interleaved(runs)
+            c, t, le = (1e6 * med[k][0] for k in ("c", "torch", "lean"))
+            print(f"  {f'{geometry} d={d}':>16} {c:7.0f}us {t:10.0f}us {le:9.0f}us   {1e6 * bound / c:5.0%}, {le / c:4.2f}x")
+    if (jax := jax_or_none()) is not None:
+        jnp = jax.numpy
+        d, steps, dt = 3, 50, 0.01
+        x0 = rng.normal(size=(B, n, d))
+        x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+        model = ad.Model(ad.Weights.identity(d), beta=4.0, geometry="sphere")
+
+        def field(t, x):
+            L = 4.0 * jnp.einsum("bid,bjd->bij", x, x)
+            P = jnp.exp(L - L.max(-1, keepdims=True))
+            a = jnp.einsum("bij,bjd->bid", P / P.sum(-1, keepdims=True), x)
+            return a - (a * x).sum(-1, keepdims=True) * x
+
+        run_jax = jax_rk4(jax, field, steps, dt)
+        xj = jnp.asarray(x0)
+        run_jax(xj).block_until_ready()
+        ours = lambda: ad.simulate(model, x0, [0.0, steps * dt], solver=ad.RK4(), step=ad.FixedStep(dt))  # noqa: E731
+        assert np.abs(np.asarray(run_jax(xj)) - ours().xs[-1].numpy()).max() < 1e-12, "JAX and attndyn disagree"
+        med = interleaved({"ours": ours, "jax": lambda: run_jax(xj).block_until_ready()})
+        print(
+            f"  batched RK4 on the sphere ({B}, {n}, {d}), {steps} steps: attndyn {1e3 * med['ours'][0]:.1f} ms, "
+            f"JAX jit {1e3 * med['jax'][0]:.1f} ms (CPU clock) -> JAX / attndyn {med['jax'][0] / med['ours'][0]:.2f}x"
+        )
+
+
 if __name__ == "__main__":
-    torch.set_num_threads(torch.get_num_threads())
+    torch.set_num_threads(1)
     ensemble()
     single_system()
     small_system_paths()
+    batched_fields()
     work_precision()
