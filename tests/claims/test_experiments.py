@@ -3,6 +3,7 @@
 import json
 import re
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -154,3 +155,18 @@ def test_quick_sizes_of_almost_every_claims_run_twenty_seeds(claim_id):
     # "for almost every initial datum" is judged over N >= 20 seeds, at the quick sizes too
     module = load(claim_id)
     assert module.Config(seed=0, **module.QUICK).seeds >= 20
+
+
+def test_mode_amplitudes_against_the_direct_sum():
+    """circle.amplitudes (powers of e^{i theta}) against |mean_j e^{i k theta_j}| written out with cos and sin."""
+    from attndyn.claims import circle
+
+    theta = np.random.default_rng(4).uniform(0, 2 * np.pi, (3, 5, 40))
+    for ks in (np.arange(1, 41), np.array([2, 7]), np.array([0.5, 1.5])):
+        direct = np.hypot(np.cos(ks * theta[..., None]).mean(-2), np.sin(ks * theta[..., None]).mean(-2))
+        got = circle.amplitudes(theta, ks)
+        assert got.shape == (3, 5, len(ks))
+        np.testing.assert_allclose(got, direct, rtol=0, atol=1e-13)
+    # a two-cluster configuration: |mean e^{i k theta}| is 1 for even k and 0 for odd k
+    two = np.concatenate([np.zeros(10), np.full(10, np.pi)])
+    np.testing.assert_allclose(circle.amplitudes(two, np.arange(1, 5)), [0, 1, 0, 1], atol=1e-14)

@@ -128,13 +128,14 @@ def torch_field(model, x, t=0.0):
 
 
 def test_the_vectorised_exponential_against_libm(kernel):
-    x = np.concatenate([np.linspace(-708.0, 0.0, 200_001), np.linspace(0.0, 700.0, 2001), [-0.0, 1e-300, -1e-300]])
+    x = np.concatenate([np.linspace(-708.0, 0.0, 200_001), np.linspace(0.0, 709.4, 2001), [-0.0, 1e-300, -1e-300]])
     y = np.empty_like(x)
     kernel.library().exp_array(x.size, x.ctypes.data, y.ctypes.data)
     rel = np.abs(y / np.exp(x) - 1)
     assert rel.max() <= 4e-16
-    z = np.array([-800.0, -1e4, -np.inf, np.nan])
+    z = np.array([-800.0, -1e4, -np.inf, np.nan, 709.8, 1e4, np.inf])
     kernel.library().exp_array(z.size, z.ctypes.data, y.ctypes.data)
+    assert (y[4:7] == np.inf).all()  # past float range: inf, as libm
     assert (y[:3] > 0).all()
     assert (y[:3] <= 1.001 * np.exp(-708.0)).all()  # below -708: about e^-708, negligible beside a row's 1
     assert np.isnan(y[3])
@@ -151,7 +152,15 @@ def test_the_native_field_is_torch_s_field_for_every_d_mode_and_shape(kernel, mo
     for shape in [(1, d), (7, d), (9, d), (3, 17, d), (2, 2, 33, d)]:  # n = 1, below, above and past a block of 8 lanes
         x = torch.tensor(rng.normal(size=shape))
         u = x / x.norm(dim=-1, keepdim=True)
-        cases = [(ad.Model(W, beta=1.3), x, 0.0), (ad.Model(lam, rescaled=True), x, 0.7), (ad.Model(W, beta=2.0, geometry="sphere"), u, 0.0)]
+        cases = [
+            (ad.Model(W, beta=1.3), x, 0.0),
+            (ad.Model(lam, rescaled=True), x, 0.7),
+            (ad.Model(W, beta=2.0, geometry="sphere"), u, 0.0),
+            (ad.Model(W, rescaled=True), x, 0.3),  # any V: e^{tV} from its eigenvectors
+            (ad.Model(ad.Weights(W.Q, W.K, np.eye(d) + np.eye(d, k=1)), rescaled=True), x, 0.3),  # a Jordan block: matrix_exp
+            (ad.Model(W, beta=0.7, normalization="unnormalized"), x, 0.0),  # USA: e^{logit} / n
+            (ad.Model(W, beta=1.5, geometry="sphere", normalization="unnormalized"), u, 0.0),
+        ]
         for model, state, t in cases:
             args = prepare(model, state)
             assert args.native is not None, compiled.native_reason(model, state)
@@ -187,9 +196,11 @@ def test_the_native_field_is_kept_off_where_torch_is_needed_or_faster(kernel, mo
     assert compiled.native_reason(ad.Model(W), x) is None
     assert compiled.native_reason(ad.Model(W), x.float()) == "not float64 on the CPU"
     assert compiled.native_reason(ad.Model(W, mask="causal"), x) == "a mask, a sink or another normalization"
-    assert compiled.native_reason(ad.Model(W, attention="fused"), x) == "the fused kernel was asked for"
+    assert compiled.native_reason(ad.Model(W, attention="fused"), x) is None  # O(n) memory, as fused
     assert compiled.native_reason(ad.Model(ad.Weights.identity(9)), torch.zeros(5, 9, dtype=torch.float64)) == "d > 8"
-    assert compiled.native_reason(ad.Model(ad.Weights(np.eye(3), np.eye(3), np.diag([1.0, 2.0, 3.0])), rescaled=True), x) is not None
+    general = ad.Model(ad.Weights(np.eye(3), np.eye(3), np.diag([1.0, 2.0, 3.0])), rescaled=True)
+    assert compiled.native_reason(general, x) is None  # the field, through E^T Q^T K E
+    assert compiled.eligible(general, x, ad.RK4(), ad.FixedStep(0.1), None) == "a rescaled model with V not a multiple of I"  # not the loop
     grad = ad.Weights.identity(3)
     grad.V.requires_grad_(True)
     assert compiled.native_reason(ad.Model(grad), x) == "weights that require gradients"

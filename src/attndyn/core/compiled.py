@@ -15,14 +15,16 @@ about 3x torch's rate here), and it computes eight rows of attention at once, on
 Two uses:
 
 * :func:`field`: one evaluation, for any solver. ``prepare`` resolves it (:func:`native`) when
-  :func:`native_reason` is ``None``: float64 on the CPU, one head, softmax attention with a full
-  mask, finite beta, no feed-forward layer, no sink bias, weights without gradients, d <=
+  :func:`native_reason` is ``None``: float64 on the CPU, one head, softmax or USA attention with a full
+  mask, finite beta, no feed-forward layer, no sink bias, weights without gradients (any
+  ``attention``: the C field keeps O(n) memory, as the fused kernel does), d <=
   :data:`NATIVE_MAX_D` while torch runs one thread (d <= :data:`NATIVE_TWO_THREAD_D` on two; with
   more, torch keeps the field); the Euclidean model with any Q, K, V, the rescaled model with
-  V = lambda I, the sphere under Post-LN (and the schemes whose field is a multiple of it).
+  V = lambda I (and with any V, its logits <e^{tV} z_i, Q^T K e^{tV} z_j> through the d x d matrix
+  e^{tV^T} Q^T K e^{tV}), the sphere under Post-LN (and the schemes whose field is a multiple of it).
 * :func:`run`: a whole fixed-step RK4 run in one C loop (no Python per step), which ``simulate``
   takes for runs of at least :data:`MIN_STEPS` steps that :func:`eligible` accepts (the field's
-  conditions, RK4, a fixed step, Post-LN on the sphere).
+  conditions, RK4, a fixed step, Post-LN on the sphere, V = lambda I in the rescaled model).
 
 ``ATTNDYN_COMPILED=0`` switches both off; without a C compiler the eager engine runs
 (:func:`library` returns ``None`` and says why in :data:`STATUS`). The results agree with the
@@ -65,11 +67,12 @@ SOURCE = r"""
 /* e^x, written so that the compiler vectorises it (no libm call in the loops): x = k ln2 + r with
    |r| <= ln2 / 2, e^r by its degree-13 Taylor polynomial (truncation below 1e-17), 2^k from the
    exponent bits. Arguments below -708 give e^-708 (~3e-308), which in a softmax row whose largest
-   entry is 1 changes nothing; NaN stays NaN. Measured against libm: within 4e-16 relative. */
+   entry is 1 changes nothing; above 709.4, inf; NaN stays NaN. Measured against libm: within 4e-16 relative. */
 static inline double vexp(double x) {
     const double shift = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
     const double inv_ln2 = 1.4426950408889634, ln2_hi = 0.6931471805599453, ln2_lo = 2.3190468138462996e-17;
-    x = x < -708.0 ? -708.0 : x;
+    const int over = x > 709.4; /* e^709.4 ~ 1.2e308 (k = 1023 at most): above it, inf */
+    x = x < -708.0 ? -708.0 : over ? 709.4 : x;
     double kd = x * inv_ln2 + shift;
     uint64_t ki;
     memcpy(&ki, &kd, 8);
@@ -92,7 +95,7 @@ static inline double vexp(double x) {
     uint64_t bits = (ki + 1023) << 52;
     double s;
     memcpy(&s, &bits, 8);
-    return q * s;
+    return over ? INFINITY : q * s;
 }
 
 void exp_array(long count, const double *x, double *y) {
@@ -107,7 +110,9 @@ void exp_array(long count, const double *x, double *y) {
    doubles (the scaled keys) and LANES n (a block of logits). M = Q^T K (d x d, row major), V (d x d);
    logits scale * <x_i, M x_j> (scale = beta, times e^{2 lam t} in the rescaled model). mode 0:
    v_i = V sum_j P_ij x_j; mode 1 (rescaled, V = lam I): v_i = lam (sum_j P_ij x_j - x_i); mode 2
-   (sphere, Post-LN): a_i = V sum_j P_ij x_j, v_i = a_i - <x_i, a_i> x_i.
+   (sphere, Post-LN): a_i = V sum_j P_ij x_j, v_i = a_i - <x_i, a_i> x_i; mode 3 (rescaled, any V, with
+   M = E^T Q^T K E for E = e^{tV}): v_i = V (sum_j P_ij x_j - x_i). mode + 4: the same with the
+   unnormalized weights of USA, P_ij = e^{logit_ij} / n.
    LANES rows i are computed together, one per vector lane, so that every loop over the lanes
    vectorises and no row needs a horizontal reduction: a first pass over j writes the logits and each
    row's maximum, a second takes exp(logit - max), sums it and accumulates the weighted tokens in
@@ -116,6 +121,8 @@ void exp_array(long count, const double *x, double *y) {
 static inline __attribute__((always_inline)) void field_body(int n, const int d, const double *restrict M,
         const double *restrict V, double scale, double lam, int mode, const double *restrict x,
         double *restrict v, double *restrict work) {
+    const int usa = mode >= 4; /* unnormalized (USA): A_ij = e^{logit} / n, no maximum subtracted */
+    mode &= 3;
     double *restrict w = work, *restrict P = work + n * d;
     for (int j = 0; j < n; j++) /* w_j = scale M x_j */
         for (int r = 0; r < d; r++) {
@@ -145,6 +152,8 @@ static inline __attribute__((always_inline)) void field_body(int n, const int d,
                 top[l] = s[l] > top[l] ? s[l] : top[l];
             }
         }
+        if (usa)
+            for (int l = 0; l < LANES; l++) top[l] = 0.0;
         for (int k = 0; k < d * LANES; k++) acc[k] = 0.0;
         for (int l = 0; l < LANES; l++) tot[l] = 0.0;
         for (int j = 0; j < n; j++) {
@@ -162,10 +171,18 @@ static inline __attribute__((always_inline)) void field_body(int n, const int d,
         }
         for (int l = 0; l < LANES && i0 + l < n; l++) {
             const int i = i0 + l;
-            const double *xi = x + i * d, inv = 1.0 / tot[l];
+            const double *xi = x + i * d, inv = usa ? 1.0 / n : 1.0 / tot[l];
             double *vi = v + i * d;
             if (mode == 1) {
                 for (int c = 0; c < d; c++) vi[c] = lam * (acc[c * LANES + l] * inv - xi[c]);
+                continue;
+            }
+            if (mode == 3) {
+                for (int r = 0; r < d; r++) {
+                    double s = 0.0;
+                    for (int c = 0; c < d; c++) s += V[r * d + c] * (acc[c * LANES + l] * inv - xi[c]);
+                    vi[r] = s;
+                }
                 continue;
             }
             for (int r = 0; r < d; r++) {
@@ -220,7 +237,7 @@ int rk4_steps(int B, int n, int d, const double *M, const double *V, double beta
         for (long k = 0; k < count; k++) {
             double t = t0 + (double)(done0 + k) * dt;
             double s0 = beta, s1 = beta, s2 = beta;
-            if (mode == 1) {
+            if ((mode & 3) == 1) {
                 s0 = beta * exp(2.0 * lam * t);
                 s1 = beta * exp(2.0 * lam * (t + 0.5 * dt));
                 s2 = beta * exp(2.0 * lam * (t + dt));
@@ -267,7 +284,7 @@ double rk_step(int B, int n, int d, const double *M, const double *V, double bet
                 if (w == 0.0) continue;
                 for (int q = 0; q < size; q++) y[q] += w * k[j][q];
             }
-            double ts = t + c[st] * h, scale = mode == 1 ? beta * exp(2.0 * lam * ts) : beta;
+            double ts = t + c[st] * h, scale = (mode & 3) == 1 ? beta * exp(2.0 * lam * ts) : beta;
             field_one(n, d, M, V, scale, lam, mode, y, k[st], work);
         }
         double *xn = x_new + (size_t)m * size;
@@ -403,9 +420,11 @@ def native_reason(model: Model, like: torch.Tensor) -> str | None:
         (os.environ.get("ATTNDYN_COMPILED", "1") != "0", "ATTNDYN_COMPILED=0"),
         (like.dtype == torch.float64 and like.device.type == "cpu", "not float64 on the CPU"),
         (w.heads == 1 and w.ff is None, "several heads or a feed-forward layer"),
-        (model.mask == "full" and model.normalization == "softmax" and model.sink_bias == 0.0, "a mask, a sink or another normalization"),
+        (
+            model.mask == "full" and model.normalization in ("softmax", "unnormalized") and model.sink_bias == 0.0,
+            "a mask, a sink or another normalization",
+        ),
         (math.isfinite(model.beta), "hardmax"),
-        (model.attention != "fused", "the fused kernel was asked for"),
         (d <= NATIVE_MAX_D, f"d > {NATIVE_MAX_D}"),
         (threads == 1 or (threads == 2 and d <= NATIVE_TWO_THREAD_D), f"torch runs {threads} threads, which beat one C thread here"),
         (not (w.Q.requires_grad or w.K.requires_grad or w.V.requires_grad), "weights that require gradients"),
@@ -414,13 +433,14 @@ def native_reason(model: Model, like: torch.Tensor) -> str | None:
     for ok, why in checks:
         if not ok:
             return why
-    if model.rescaled:
-        V = w.V[0]
-        if not torch.equal(V, V[0, 0] * torch.eye(w.d, dtype=V.dtype)):
-            return "a rescaled model with V not a multiple of I"
     if library() is None:
         return STATUS["reason"]
     return None
+
+
+def _scalar_V(model: Model) -> bool:
+    V = model.weights.V[0]
+    return bool(torch.equal(V, V[0, 0] * torch.eye(model.weights.d, dtype=V.dtype)))
 
 
 def native(model: Model, like: torch.Tensor) -> Native | None:
@@ -430,20 +450,23 @@ def native(model: Model, like: torch.Tensor) -> Native | None:
     w = model.weights
     M = np.ascontiguousarray((w.Q[0].transpose(0, 1) @ w.K[0]).detach().double().numpy())
     V = np.ascontiguousarray(w.V[0].detach().double().numpy())
-    mode = 1 if model.rescaled else 2 if model.geometry == "sphere" else 0
-    return Native(STATUS["library"], M, V, mode, float(V[0, 0]) if model.rescaled else 0.0, float(model.beta))
+    mode = (1 if _scalar_V(model) else 3) if model.rescaled else 2 if model.geometry == "sphere" else 0
+    mode += 4 if model.normalization == "unnormalized" else 0
+    return Native(STATUS["library"], M, V, mode, float(V[0, 0]) if mode & 3 == 1 else 0.0, float(model.beta))
 
 
-def field(spec: Native, x: torch.Tensor, scale: float) -> torch.Tensor:
+def field(spec: Native, x: torch.Tensor, scale: float, M: np.ndarray | None = None) -> torch.Tensor:
     """One evaluation of the attention field at ``x`` ``(*batch, n, d)`` with logits ``scale * <x_i, M x_j>``
-    (the module's field in C; a fresh tensor). Non-finite logits give NaN, as in torch."""
+    (the module's field in C; a fresh tensor); ``M`` replaces the spec's ``Q^T K`` for this call (mode 3:
+    ``E^T Q^T K E``, contiguous float64). Non-finite logits give NaN, as in torch."""
     if x.requires_grad:
         raise ValueError("the native field does not record gradients; prepare the model with ATTNDYN_COMPILED=0 to differentiate.")
     x = x.contiguous()
     out = torch.empty_like(x)
     n, d = x.shape[-2:]
     B = x.numel() // (n * d) if n * d else 0
-    rc = spec.lib.field_batch(B, n, d, spec.M.ctypes.data, spec.V.ctypes.data, scale, spec.lam, spec.mode, x.data_ptr(), out.data_ptr())
+    M = spec.M if M is None else np.ascontiguousarray(M, dtype=np.float64)
+    rc = spec.lib.field_batch(B, n, d, M.ctypes.data, spec.V.ctypes.data, scale, spec.lam, spec.mode, x.data_ptr(), out.data_ptr())
     if rc == 2:
         raise ValueError(f"the native attention field takes d <= {NATIVE_MAX_D}; got d = {d}.")
     if rc != 0:
@@ -467,7 +490,7 @@ def stepper(spec: Native, tableau: Tableau, rtol: float, atol: float) -> Stepper
     fn = spec.lib.rk_step
 
     def step(t: float, x: torch.Tensor, h: float, k1: torch.Tensor) -> tuple[torch.Tensor, float, torch.Tensor]:
-        if spec.mode == 1:
+        if spec.mode & 3 == 1:
             try:
                 math.exp(2.0 * spec.lam * (t + h))
             except OverflowError:
@@ -495,6 +518,7 @@ def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | A
         (getattr(solver, "name", "") == "rk4", "not RK4"),
         (isinstance(step, FixedStep), "not a fixed step"),
         (model.geometry == "euclidean" or model.scheme == "post", "a normalization scheme other than Post-LN"),
+        (not model.rescaled or _scalar_V(model), "a rescaled model with V not a multiple of I"),
     ]
     for ok, why in checks:
         if not ok:
@@ -527,11 +551,10 @@ def run(
     lib = library()
     if lib is None:
         return None
-    w = model.weights
-    M = np.ascontiguousarray((w.Q[0].transpose(0, 1) @ w.K[0]).double().numpy())
-    V = np.ascontiguousarray(w.V[0].double().numpy())
-    mode = 1 if model.rescaled else 2 if model.geometry == "sphere" else 0
-    lam = float(V[0, 0]) if model.rescaled else 0.0
+    spec = native(model, x)
+    if spec is None:
+        return None
+    M, V, mode, lam = spec.M, spec.V, spec.mode, spec.lam
     n, d = x.shape[-2:]
     B = math.prod(x.shape[:-2])
     state = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64).reshape(B, n, d).copy()

@@ -439,9 +439,13 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
 
 def _plain_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The field without a normalization scheme (on the sphere: Post-LN, the tangent projection at x)."""
-    xq, scale = score_inputs(t, x, args)
     if args.native is not None and not x.requires_grad:
+        if args.native.mode & 3 == 3:  # rescaled, V not a multiple of I: <E z_i, M E z_j> = <z_i, E^T M E z_j>, E = e^{tV}
+            E = _expm_from_eigen(args.eig, t) if args.eig is not None else torch.linalg.matrix_exp(t * args.V[0]).numpy()
+            return compiled.field(args.native, x, args.scale, E.T @ args.native.M @ E)
+        _, scale = score_inputs(t, x, args)
         return compiled.field(args.native, x, scale)
+    xq, scale = score_inputs(t, x, args)
     out = _feed_forward(attention_term(xq, x, args, scale, subtract_own=args.rescaled), args)
     if args.sphere:  # the tangent projection in two passes (a dot product and one addcmul)
         out = torch.addcmul(out, torch.linalg.vecdot(out, x).unsqueeze(-1), x, value=-1.0)

@@ -217,7 +217,14 @@ def simulate(
         # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
         field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
         fused_step = None
-        if args.native is not None and isinstance(step, AdaptiveStep) and solver.b_err is not None and (not args.sphere or args.scheme == "post"):
+        native = args.native
+        if (
+            native is not None
+            and native.mode & 3 != 3
+            and isinstance(step, AdaptiveStep)
+            and solver.b_err is not None
+            and (not args.sphere or args.scheme == "post")
+        ):
             fused_step = compiled.stepper(args.native, solver, step.rtol, step.atol)
         try:
             sol = integrate(
