@@ -259,3 +259,22 @@ def test_the_compiled_adaptive_step_rejects_a_non_finite_trial(kernel, monkeypat
     assert math.isfinite(en)
     assert torch.isfinite(x_new).all()
     assert torch.isfinite(k_last).all()
+
+
+def test_the_points_kernel_is_the_long_time_integrator_s_numpy_field(kernel, monkeypatch):
+    from attndyn.core.longtime import _field
+
+    rng = np.random.default_rng(5)
+    for k, d in [(1, 3), (2, 2), (7, 3), (12, 5)]:
+        y = rng.normal(size=(k, d))
+        y /= np.linalg.norm(y, axis=1, keepdims=True)
+        log_mass = np.log(rng.integers(1, 5, k).astype(float))
+        M = rng.normal(size=(d, d))
+        for M_, beta, usa in [(None, 4.0, None), (M, 1.5, None), (None, 2.0, (1.0, 9)), (M, 0.7, (float(np.linalg.norm(M, 2)), 12))]:
+            fast = compiled.points_kernel(M_, d, beta, usa)
+            v, gap = fast(y, log_mass)
+            v0, gap0 = _field(y, log_mass, M_, beta, usa)
+            np.testing.assert_allclose(v, v0, rtol=0, atol=1e-14 * max(1.0, np.abs(v0).max()))
+            assert gap == pytest.approx(gap0, rel=1e-13, abs=1e-13)
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
+    assert compiled.points_kernel(None, 3, 1.0) is None

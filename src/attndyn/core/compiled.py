@@ -319,6 +319,54 @@ double rk_step(int B, int n, int d, const double *M, const double *V, double bet
     free(buf);
     return worst;
 }
+
+/* Velocities of k distinct unit points y (k x d) carrying e^{log_mass_j} tokens each (the long-time
+   integrator's merged system; its NumPy reference is attndyn.core.longtime._field): logits
+   L_ij = beta <y_i, M y_j> + log_mass_j; weights softmax_j(L_ij) (usa_n == 0) or USA's
+   e^{L_ij - beta usa_m} / usa_n; w_i = sum_j A_ij (y_j - y_i), from the differences so that the own
+   term does not cancel; v_i = w_i - <w_i, y_i> y_i. Returns the largest logit gap
+   max_i (max_j L_ij - min_j L_ij), or -1 when a buffer could not be allocated. */
+double points_field(int k, int d, const double *y, const double *log_mass, const double *M, double beta,
+                    double usa_m, double usa_n, double *v) {
+    double *buf = malloc(sizeof(double) * ((size_t)k * d + k + d));
+    if (!buf) return -1.0;
+    double *my = buf, *L = buf + (size_t)k * d, *w = L + k, gap = 0.0;
+    for (int j = 0; j < k; j++)
+        for (int r = 0; r < d; r++) {
+            double s = 0.0;
+            for (int c = 0; c < d; c++) s += M[r * d + c] * y[j * d + c];
+            my[j * d + r] = s;
+        }
+    for (int i = 0; i < k; i++) {
+        const double *yi = y + i * d;
+        double top = -INFINITY, low = INFINITY;
+        for (int j = 0; j < k; j++) {
+            double s = 0.0;
+            for (int c = 0; c < d; c++) s += yi[c] * my[j * d + c];
+            L[j] = beta * s + log_mass[j];
+            if (L[j] > top) top = L[j];
+            if (L[j] < low) low = L[j];
+        }
+        if (top - low > gap || isnan(top - low)) gap = top - low;
+        double shift = usa_n > 0 ? beta * usa_m : top, total = 0.0;
+        for (int j = 0; j < k; j++) {
+            L[j] = exp(L[j] - shift);
+            total += L[j];
+        }
+        double inv = usa_n > 0 ? 1.0 / usa_n : 1.0 / total;
+        for (int c = 0; c < d; c++) w[c] = 0.0;
+        for (int j = 0; j < k; j++)
+            for (int c = 0; c < d; c++) w[c] += L[j] * (y[j * d + c] - yi[c]);
+        double s = 0.0;
+        for (int c = 0; c < d; c++) {
+            w[c] *= inv;
+            s += w[c] * yi[c];
+        }
+        for (int c = 0; c < d; c++) v[i * d + c] = w[c] - s * yi[c];
+    }
+    free(buf);
+    return gap;
+}
 """
 
 
@@ -383,6 +431,8 @@ def library() -> ctypes.CDLL | None:
     lib.field_batch.restype = i32
     lib.rk_step.argtypes = [i32, i32, i32, ptr, ptr, dbl, dbl, i32, i32, ptr, ptr, ptr, ptr, i32, dbl, dbl, dbl, dbl, ptr, ptr, ptr, ptr]
     lib.rk_step.restype = dbl
+    lib.points_field.argtypes = [i32, i32, ptr, ptr, ptr, dbl, dbl, dbl, ptr]
+    lib.points_field.restype = dbl
     lib.exp_array.argtypes = [ctypes.c_long, ptr, ptr]
     lib.exp_array.restype = None
     STATUS.update(library=lib, reason="compiled", path=str(target))
@@ -510,6 +560,43 @@ def stepper(spec: Native, tableau: Tableau, rtol: float, atol: float) -> Stepper
         return x_new, en, k_last
 
     return step
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous float64 array: the buffer protocol (0.3 us) where the array is
+    writable, else ``.ctypes`` (0.9 us)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
+def points_kernel(M: np.ndarray | None, d: int, beta: float, usa: tuple[float, int] | None = None) -> Callable | None:
+    """``longtime._field`` in C for fixed ``M`` (``None``: the identity), ``beta`` and ``usa``:
+    ``kernel(y, log_mass) -> (velocities, largest logit gap)``, the same arguments and results as the
+    NumPy reference; ``None`` where the library is unavailable or ``ATTNDYN_COMPILED=0``. It is resolved
+    once per run: the integrator calls it at every stage (350,000 times in the demo's metastability
+    claim), so the per-call Python is a few array addresses."""
+    if os.environ.get("ATTNDYN_COMPILED", "1") == "0":
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    Mc = np.ascontiguousarray(np.eye(d) if M is None else M, dtype=np.float64)
+    mptr, fn = Mc.ctypes.data, lib.points_field
+    m, n = (float(usa[0]), float(usa[1])) if usa is not None else (0.0, 0.0)
+    beta = float(beta)
+
+    def kernel(y: np.ndarray, log_mass: np.ndarray) -> tuple[np.ndarray, float]:
+        y = np.ascontiguousarray(y, dtype=np.float64)
+        log_mass = np.ascontiguousarray(log_mass, dtype=np.float64)
+        v = np.empty_like(y)
+        gap = fn(y.shape[0], d, _address(y), _address(log_mass), mptr, beta, m, n, _address(v))
+        if gap == -1.0:
+            raise MemoryError(f"the compiled points field could not allocate its buffers ({Mc.shape[0]} dimensions).")
+        return v, gap
+
+    return kernel
 
 
 def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | AdaptiveStep, observe: Callable | None) -> str | None:

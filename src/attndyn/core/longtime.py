@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attndyn.core import compiled
 from attndyn.core.dynamics import Model
 from attndyn.core.solvers import Dopri5
 from attndyn.core.weights import as_float_tensor
@@ -178,10 +179,12 @@ def simulate_long(
     stats = {"steps": 0, "rejected": 0, "nfev": 0, "max_step": 0.0, "logit_gap": 0.0}
     merges: list[tuple[float, int, int]] = []
 
+    kernel = compiled.points_kernel(M, d, beta, usa)  # the field in C, else NumPy's _field
+
     def f(state: np.ndarray) -> np.ndarray:
         k = len(counts)
         pts = state[: k * d].reshape(k, d)
-        v, gap = _field(pts, log_mass, M, beta, usa)
+        v, gap = kernel(pts, log_mass) if kernel is not None else _field(pts, log_mass, M, beta, usa)
         stats["logit_gap"] = max(stats["logit_gap"], gap)
         out = np.empty_like(state)
         out[: k * d] = v.ravel()
