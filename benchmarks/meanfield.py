@@ -59,12 +59,16 @@ print(json.dumps({{"seconds": seconds, "extra_bytes": extra}}))
 
 
 def fft_bound(M: int) -> float:
+    """The transforms of one field evaluation, timed alone with the field's own FFT routines (scipy.fft or
+    torch.fft, as the field picks for this M): two forward transforms (of rho and of the flux), the
+    inverse pair (velocity and normaliser) and the last inverse (the divergence)."""
     r = torch.rand(M, dtype=torch.float64)
-    h = torch.fft.rfft(r)
+    h = mf._rfft(r)
     h2 = torch.stack([h, h])
-    forward = median_time(lambda: torch.fft.rfft(r), repeat=200)
-    inverse2 = median_time(lambda: torch.fft.irfft(h2, n=M), repeat=200)
-    return 2 * forward + inverse2 + median_time(lambda: torch.fft.irfft(h, n=M), repeat=200) - forward  # rfft x2, irfft pair, irfft
+    forward = median_time(lambda: mf._rfft(r), repeat=200)
+    inverse2 = median_time(lambda: mf._irfft(h2, M), repeat=200)
+    inverse = median_time(lambda: mf._irfft(h, M), repeat=200)
+    return 2 * forward + inverse2 + inverse
 
 
 def step_times(M: int) -> dict:
@@ -103,11 +107,6 @@ def crossover(quick: bool) -> dict:
     n0, S = 256, 32
     _, theta = circle.run(sample(rng, cfg, (S, n0)), beta, T, dt=dt, saves=2)
     C = float(np.sqrt((mf.w1_circle(theta[-1], ref) ** 2).mean()) * math.sqrt(n0))
-    ns = [1024, 4096] if quick else [1024, 4096, 16384]
-    cost = {}
-    for n in ns:
-        th = sample(rng, cfg, (1, n))
-        cost[n] = median_time(lambda th=th, n=n: circle.run(th, beta, T, dt=dt, saves=2), repeat=3) / T
     # mean field: the coarsest grid that resolves beta = 1 (M = 64), Dopri5 at rtol 1e-10
     M = 64
     rho0 = mf.initial_density("von-mises", M, means=cfg.means, kappas=cfg.kappas, weights=cfg.weights)
@@ -117,9 +116,21 @@ def crossover(quick: bool) -> dict:
     grid = np.linspace(0, 2 * math.pi, 20001)
     D = mf.cdf_circle(sol, grid) - mf.cdf_circle(ref, grid)
     mf_w1 = float(np.abs(D - np.median(D)).mean() * 2 * math.pi)
-    # particle cost per unit time ~ a n^2: fit a on the measured points, solve a n^2 = mf_cost
-    a = float(np.median([cost[n] / n**2 for n in ns]))
-    n_cross = math.sqrt(mf_cost / a)
+    # particle cost per unit time measured at every candidate n (not extrapolated from large n: small
+    # runs are overhead-bound); the crossover interpolates log cost between the two bracketing sizes
+    ns = [8, 16, 32, 64, 128, 256, 512] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+    cost = {}
+    for n in ns:
+        th = sample(rng, cfg, (1, n))
+        cost[n] = median_time(lambda th=th: circle.run(th, beta, T, dt=dt, saves=2), repeat=5) / T
+    n_cross = math.nan
+    for a, b in zip(ns, ns[1:], strict=False):
+        if cost[a] <= mf_cost <= cost[b]:
+            w = math.log(mf_cost / cost[a]) / math.log(cost[b] / cost[a]) if cost[b] > cost[a] else 0.0
+            n_cross = a * (b / a) ** w
+            break
+    if math.isnan(n_cross) and mf_cost < cost[ns[0]]:
+        n_cross = float(ns[0])  # cheaper than the smallest particle run measured
     return {
         "particle_C": C,
         "particle_seconds_per_unit_time": {str(n): cost[n] for n in ns},

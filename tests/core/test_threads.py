@@ -148,3 +148,16 @@ def test_the_cli_starts_with_one_blas_thread(no_env, tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", threads.ENV)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "[1]", done.stderr
+
+
+def test_calls_in_quick_succession_reuse_the_last_reading(monkeypatch):
+    """A reading under 50 ms old is reused: a loop of short runs must not sleep 50 ms a call (it did)."""
+    first = threads.others_busy()  # may sleep once, for a fresh window
+    if first is None:
+        pytest.skip("no /proc/stat here")
+    slept = []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: threads._last[0] + 0.01)  # 10 ms after that reading
+    again = [threads.others_busy() for _ in range(20)]
+    assert not slept
+    assert set(again) == {first}

@@ -48,6 +48,7 @@ MAX_THREADS = 1024
 # competitor as half a core often enough to choose two threads beside it).
 _SAMPLE = 0.05
 _last: tuple[float, float, float, float] | None = None  # (wall, busy jiffies, total jiffies, own CPU seconds)
+_last_busy: float | None = None  # what that reading found
 
 
 def cores() -> int:
@@ -93,11 +94,13 @@ def _cpu_sample() -> tuple[float, float, float, float] | None:
 
 def others_busy() -> float | None:
     """Cores kept busy by other processes since the last reading (or over a 20 ms window); None if unknown."""
-    global _last
+    global _last, _last_busy
     now = _cpu_sample()
     if now is None:
         return None
     before = _last
+    if before is not None and now[0] - before[0] < _SAMPLE and _last_busy is not None:
+        return _last_busy  # read under 50 ms ago: many short calls in a row must not sleep 50 ms each
     if before is None or not (_SAMPLE <= now[0] - before[0] <= 10.0):
         before = now
         time.sleep(_SAMPLE)
@@ -111,7 +114,8 @@ def others_busy() -> float | None:
     n = os.cpu_count() or 1
     busy_cores = n * (now[1] - before[1]) / jiffies
     own_cores = (now[3] - before[3]) / max(now[0] - before[0], 1e-9)
-    return max(0.0, busy_cores - own_cores)
+    _last_busy = max(0.0, busy_cores - own_cores)
+    return _last_busy
 
 
 def choose(work: float, threads: int | None = None, *, batch: int = 1) -> int:
