@@ -140,6 +140,8 @@ CASES = [
     ("sim-n-string", lambda w: ["simulate", w.config(CONFIG.replace("n = 6", 'n = "ten"')), "--out", str(w.root / "o")], "n:"),
     ("sim-d-negative", lambda w: ["simulate", w.config(CONFIG.replace("d = 2", "d = -1")), "--out", str(w.root / "o")], "d:"),
     ("sim-dt-nan", lambda w: ["simulate", w.config(CONFIG.replace("dt = 0.05", "dt = nan")), "--out", str(w.root / "o")], "dt"),
+    ("sim-dt-inf", lambda w: ["simulate", w.config(CONFIG.replace("dt = 0.05", "dt = inf")), "--out", str(w.root / "o")], "dt"),
+    ("sim-t1-inf", lambda w: ["simulate", w.config(CONFIG.replace("t1 = 0.5", "t1 = inf")), "--out", str(w.root / "o")], "t1"),
     ("sim-t1-inf", lambda w: ["simulate", w.config(CONFIG.replace("t1 = 0.5", "t1 = inf")), "--out", str(w.root / "o")], "t1"),
     ("sim-beta-nan", lambda w: ["simulate", w.config(CONFIG + "[model]\nbeta = nan\n"), "--out", str(w.root / "o")], "beta"),
     ("sim-beta-negative", lambda w: ["simulate", w.config(CONFIG + "[model]\nbeta = -1.0\n"), "--out", str(w.root / "o")], "beta"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -593,7 +594,8 @@ def reproduce(
     """
     from attndyn.app.report import ReportError, build, existing_runs
     from attndyn.claims import EXPERIMENTS, load
-    from attndyn.claims.runner import config_for, run_claim
+    from attndyn.claims.runner import FigureWorker, compute_claim, config_for, finish_claim
+    from attndyn.core.threads import cores
     from attndyn.workflow import ownership
 
     # Every option is checked before anything on disk changes.
@@ -631,23 +633,59 @@ def reproduce(
         console=err_console,
     )
     verdicts, errors, interrupted = {}, {}, False
+    # a second process draws claim k's figures while claim k + 1 computes (two cores or more)
+    worker = FigureWorker() if len(chosen) > 1 and cores() >= 2 and os.environ.get("ATTNDYN_FIGURE_WORKER", "1") != "0" else None
+
+    def finished(cid: str, outcome: dict | str) -> None:
+        if isinstance(outcome, dict):
+            verdicts[cid] = outcome["verdict"]
+        else:  # one failing claim does not cost the others their page
+            errors[cid] = outcome
+            say(f"{cid} did not finish: {outcome}")
+        bar.advance(task)
+
+    def collect() -> None:
+        got = worker.collect() if worker is not None else None
+        if got is not None:
+            finished(*got)
+
     with bar:
         task = bar.add_task("reproduce", total=len(chosen))
-        for k, cid in enumerate(chosen):
-            bar.update(task, description=f"reproduce: {cid}")
-            if not err_console.is_terminal:
-                say(f"{cid} ({k + 1} of {len(chosen)}), {time.perf_counter() - start:.0f} s elapsed", label="reproduce", style="bold")
+        try:
+            for k, cid in enumerate(chosen):
+                bar.update(task, description=f"reproduce: {cid}")
+                if not err_console.is_terminal:
+                    say(f"{cid} ({k + 1} of {len(chosen)}), {time.perf_counter() - start:.0f} s elapsed", label="reproduce", style="bold")
+                try:
+                    done = compute_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid], svg=svg)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as err:
+                    collect()
+                    finished(cid, f"{type(err).__name__}: {_one_line(err)}")
+                    continue
+                collect()  # the previous claim's figures
+                if isinstance(done, dict):  # skipped: nothing to draw
+                    finished(cid, done)
+                elif worker is not None:
+                    worker.submit(done)
+                else:
+                    try:
+                        finished(cid, finish_claim(done))
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as err:
+                        finished(cid, f"{type(err).__name__}: {_one_line(err)}")
+            collect()
+        except KeyboardInterrupt:
+            interrupted = True
             try:
-                record = run_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid], svg=svg)
+                collect()  # the claim whose figures are being drawn finishes (a second Ctrl-C abandons it)
             except KeyboardInterrupt:
-                interrupted = True
-                break
-            except Exception as err:  # one failing claim does not cost the others their page
-                errors[cid] = f"{type(err).__name__}: {_one_line(err)}"
-                say(f"{cid} did not finish: {errors[cid]}")
-            else:
-                verdicts[cid] = record["verdict"]
-            bar.advance(task)
+                pass
+        finally:
+            if worker is not None:
+                worker.close()
     owner.add("runs", *(f"runs/{cid}" for cid in verdicts))
     try:
         page = build(

@@ -9,6 +9,7 @@ cleared of its ``summary.json`` before a rerun, so an interrupted run never look
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -130,8 +131,25 @@ def run_claim(
 ) -> dict:
     """Run one claim, write its folder, return its record; ``svg`` also writes every figure as SVG
     (for papers; an SVG costs about three PNGs, so the report's PNGs alone are the default)."""
-    from attndyn.workflow import plots
+    done = compute_claim(claim_id, module, folder, seed=seed, quick=quick, device=device, dtype=dtype, config=config, svg=svg)
+    return done if isinstance(done, dict) else finish_claim(done)
 
+
+def compute_claim(
+    claim_id: str,
+    module: ModuleType,
+    folder: Path,
+    *,
+    seed: int,
+    quick: bool,
+    device: str = "cpu",
+    dtype: str = "float64",
+    config: ExperimentConfig | None = None,
+    svg: bool = False,
+) -> Computed | dict:
+    """The first part of :func:`run_claim`: clear the folder, run the claim, write ``config.json`` and
+    ``arrays.npz``. Returns what :func:`finish_claim` completes, or the finished record of a claim
+    skipped because its data is unavailable."""
     if config is None:
         config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
     owner = ownership.claim(folder, "claim-run", "attndyn reproduce", option="run folder")
@@ -172,19 +190,120 @@ def run_claim(
     seconds = time.perf_counter() - start
     write_npz(folder / "arrays.npz", **result.arrays)
     owner.add("arrays.npz")
+    return Computed(claim_id, module.__name__, owner, result, seconds, quick, seed, svg)
+
+
+@dataclass
+class Computed:
+    """A claim whose run is done and whose arrays are on disk; what is left is :func:`finish_claim`:
+    the figures, movies, ``result.json`` and, last, ``summary.json``. Plain data, so that a figure
+    worker (:class:`FigureWorker`) can finish it in another process."""
+
+    claim_id: str
+    module: str
+    owner: ownership.Owner
+    result: Result
+    seconds: float
+    quick: bool
+    seed: int
+    svg: bool
+
+
+def finish_claim(done: Computed) -> dict:
+    """Write the figures, movies, ``result.json`` and ``summary.json`` (last) of a computed claim; its record."""
+    import importlib
+
+    from attndyn.workflow import plots
+
+    module = importlib.import_module(done.module)
+    owner, result, folder = done.owner, done.result, done.owner.folder
     names = []
     for name, fig in module.figures(result).items():
-        plots.save(fig, folder / "figures" / f"{name}.png", vector=svg)
+        plots.save(fig, folder / "figures" / f"{name}.png", vector=done.svg)
         names.append(f"figures/{name}.png")
-    vectors = [str(Path(n).with_suffix(".svg")) for n in names] if svg else []
+    vectors = [str(Path(n).with_suffix(".svg")) for n in names] if done.svg else []
     owner.add(*names, *vectors)
     movies = [p.name for p in module.movies(result, folder)] if hasattr(module, "movies") else []
     owner.add(*movies)
-    record = result_record(result, seconds, quick, seed)
+    record = result_record(result, done.seconds, done.quick, done.seed)
     record["figures"] = names
     record["vectors"] = vectors
     record["movies"] = movies
     write_json(folder / "result.json", record)
-    write_json(folder / "summary.json", {"id": claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
+    write_json(folder / "summary.json", {"id": done.claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
     owner.add("result.json", "summary.json")
     return record
+
+
+class FigureWorker:
+    """Finishes computed claims (:func:`finish_claim`: figures, movies, ``result.json``, ``summary.json``)
+    in a second process, one claim at a time, while the next claim computes.
+
+    Drawing and writing the figures is about a quarter of a quick reproduction, and it needs only the
+    claim's result: on a machine with two cores it overlaps the next claim's simulation. The worker is
+    a fresh interpreter (``spawn``); it ignores Ctrl-C, so that the claim in flight either finishes
+    (its ``summary.json`` last, as always) or is stopped by :meth:`close`, never half-written; if the
+    parent dies, the worker finishes its claim, reads the end of the pipe and exits.
+    """
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_figure_worker, args=(child,), daemon=True, name="attndyn-figures")
+        self._proc.start()
+        child.close()
+        self.pending: str | None = None
+
+    def submit(self, done: Computed) -> None:
+        """Send a computed claim; the previous one must have been collected."""
+        if self.pending is not None:
+            raise RuntimeError(f"the figure worker still has {self.pending} in flight.")
+        self._conn.send(done)
+        self.pending = done.claim_id
+
+    def collect(self) -> tuple[str, dict | str] | None:
+        """Wait for the claim in flight: ``(claim id, record)``, ``(claim id, error text)``, or ``None``
+        when nothing is in flight."""
+        if self.pending is None:
+            return None
+        cid, self.pending = self.pending, None
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):
+            return cid, "the figure worker stopped before it finished the figures"
+        return cid, value
+
+    def close(self) -> None:
+        """Stop the worker (a claim still in flight is abandoned: it has no ``summary.json``)."""
+        try:
+            self._conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self._proc.join(timeout=0.5 if self.pending is not None else 10)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(timeout=10)
+        self._conn.close()
+
+
+def _figure_worker(conn) -> None:  # noqa: ANN001  (a multiprocessing connection)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C keeps
+    from attndyn.core.threads import set_process_default
+
+    set_process_default()
+    while True:
+        try:
+            done = conn.recv()
+        except (EOFError, OSError):
+            return
+        if done is None:
+            return
+        try:
+            conn.send(("ok", finish_claim(done)))
+        except Exception as err:  # the parent reports it as this claim's error
+            text = str(err).strip().splitlines()
+            conn.send(("error", f"{type(err).__name__}: {text[0] if text else ''}"))

@@ -121,14 +121,15 @@ class SolverSpec(Strict):
     ``save_times``, or ``save_log`` (0 and that many times spaced geometrically from 1e-2 to t1)."""
 
     method: SolverName | Literal["long"] = "rk4"
-    dt: float | None = Field(default=None, gt=0)
-    rtol: float | None = Field(default=None, gt=0)
-    atol: float | None = Field(default=None, gt=0)
-    t1: float = Field(gt=0)
-    save_every: float | None = Field(default=None, gt=0)
+    # finite: dt = inf passed gt=0 and made the save grid 0 * inf = NaN (found by the property test)
+    dt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    rtol: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    atol: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    t1: float = Field(gt=0, allow_inf_nan=False)
+    save_every: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     save_times: list[float] | None = None
     save_log: int | None = Field(default=None, ge=2)
-    kappa: float | None = Field(default=None, gt=0)
+    kappa: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_steps: int = Field(default=1_000_000, ge=1)
 
     @model_validator(mode="after")
