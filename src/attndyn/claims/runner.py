@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from attndyn import __version__
 from attndyn.claims.common import ExperimentConfig, Result
@@ -117,21 +118,10 @@ def judge_folder(folder: Path) -> dict:
     }
 
 
-def run_claim(
-    claim_id: str,
-    module: ModuleType,
-    folder: Path,
-    *,
-    seed: int,
-    quick: bool,
-    device: str = "cpu",
-    dtype: str = "float64",
-    config: ExperimentConfig | None = None,
-    svg: bool = False,
-) -> dict:
-    """Run one claim, write its folder, return its record; ``svg`` also writes every figure as SVG
-    (for papers; an SVG costs about three PNGs, so the report's PNGs alone are the default)."""
-    done = compute_claim(claim_id, module, folder, seed=seed, quick=quick, device=device, dtype=dtype, config=config, svg=svg)
+def run_claim(claim_id: str, module: ModuleType, folder: Path, **options: Any) -> dict:
+    """Run one claim, write its folder, return its record: :func:`compute_claim` (``options``: its
+    keywords ``seed``, ``quick``, ``device``, ``dtype``, ``config``, ``svg``), then :func:`finish_claim`."""
+    done = compute_claim(claim_id, module, folder, **options)
     return done if isinstance(done, dict) else finish_claim(done)
 
 
@@ -149,7 +139,8 @@ def compute_claim(
 ) -> Computed | dict:
     """The first part of :func:`run_claim`: clear the folder, run the claim, write ``config.json`` and
     ``arrays.npz``. Returns what :func:`finish_claim` completes, or the finished record of a claim
-    skipped because its data is unavailable."""
+    skipped because its data is unavailable. ``svg`` also writes every figure as SVG (for papers; an
+    SVG costs about three PNGs, so the report's PNGs alone are the default)."""
     if config is None:
         config = config_for(module, seed=seed, quick=quick, device=device, dtype=dtype)
     owner = ownership.claim(folder, "claim-run", "attndyn reproduce", option="run folder")
