@@ -4,4 +4,5 @@ import sys
 
 from attndyn.app.cli import entry
 
-sys.exit(entry())
+if __name__ == "__main__":  # not when a spawned process (the figure worker) imports the parent's main module
+    sys.exit(entry())
