@@ -207,6 +207,7 @@ def test_the_native_field_is_kept_off_where_torch_is_needed_or_faster(kernel, mo
     with ad.core.threads.policy(0, 2):
         assert compiled.native_reason(ad.Model(W), x) is None  # d = 3: one C thread beats two torch threads
         assert compiled.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(5, 6, dtype=torch.float64)).startswith("torch runs 2 threads")
+        assert compiled.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(4, 5, 6, dtype=torch.float64)) is None  # a batch: C
     with ad.core.threads.policy(0, 3):
         assert compiled.native_reason(ad.Model(W), x).startswith("torch runs 3 threads")
     monkeypatch.setenv("ATTNDYN_COMPILED", "0")

@@ -594,7 +594,7 @@ def reproduce(
     """
     from attndyn.app.report import ReportError, build, existing_runs
     from attndyn.claims import EXPERIMENTS, load
-    from attndyn.claims.runner import FigureWorker, compute_claim, config_for, finish_claim
+    from attndyn.claims.runner import Computed, FigureWorker, compute_claim, config_for, finish_claim
     from attndyn.core.threads import cores
     from attndyn.workflow import ownership
 
@@ -658,24 +658,17 @@ def reproduce(
                     say(f"{cid} ({k + 1} of {len(chosen)}), {time.perf_counter() - start:.0f} s elapsed", label="reproduce", style="bold")
                 try:
                     done = compute_claim(cid, load(cid), out / "runs" / cid, seed=seed, quick=quick, config=configs[cid], svg=svg)
+                    if isinstance(done, Computed) and worker is None:
+                        done = finish_claim(done)
                 except KeyboardInterrupt:
                     raise
                 except Exception as err:
-                    collect()
-                    finished(cid, f"{type(err).__name__}: {_one_line(err)}")
-                    continue
+                    done = f"{type(err).__name__}: {_one_line(err)}"
                 collect()  # the previous claim's figures
-                if isinstance(done, dict):  # skipped: nothing to draw
-                    finished(cid, done)
-                elif worker is not None:
+                if isinstance(done, Computed):
                     worker.submit(done)
-                else:
-                    try:
-                        finished(cid, finish_claim(done))
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as err:
-                        finished(cid, f"{type(err).__name__}: {_one_line(err)}")
+                else:  # its record (finished here, or skipped: nothing to draw) or its error
+                    finished(cid, done)
             collect()
         except KeyboardInterrupt:
             interrupted = True

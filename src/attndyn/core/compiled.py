@@ -18,8 +18,8 @@ Two uses:
   :func:`native_reason` is ``None``: float64 on the CPU, one head, softmax or USA attention with a full
   mask, finite beta, no feed-forward layer, no sink bias, weights without gradients (any
   ``attention``: the C field keeps O(n) memory, as the fused kernel does), d <=
-  :data:`NATIVE_MAX_D` while torch runs one thread (d <= :data:`NATIVE_TWO_THREAD_D` on two; with
-  more, torch keeps the field); the Euclidean model with any Q, K, V, the rescaled model with
+  :data:`NATIVE_MAX_D` while torch runs one thread (on two: d <= :data:`NATIVE_TWO_THREAD_D`, or a
+  batch of 4 or more systems; with more, torch keeps the field); the Euclidean model with any Q, K, V, the rescaled model with
   V = lambda I (and with any V, its logits <e^{tV} z_i, Q^T K e^{tV} z_j> through the d x d matrix
   e^{tV^T} Q^T K e^{tV}), the sphere under Post-LN (and the schemes whose field is a multiple of it).
 * :func:`run`: a whole fixed-step RK4 run in one C loop (no Python per step), which ``simulate``
@@ -440,10 +440,12 @@ def library() -> ctypes.CDLL | None:
 
 
 # The native field (one evaluation in C, one thread, for any solver) is used for d <= NATIVE_MAX_D when
-# torch runs one thread, and for d <= NATIVE_TWO_THREAD_D when it runs two. Measured on one core
-# (benchmarks/kernels.py --native): C over torch's best kernel is 2.4-4.9x at d <= 3 for every (B, n)
-# from (1, 20) to (1, 4096), 1.5x at d = 8 and 1.05x at d = 16; against torch on two threads C stays
-# 1.6-2.8x faster at d <= 3 and is 0.5-0.8x at d >= 8. With more threads torch keeps the field.
+# torch runs one thread; when it runs two, for d <= NATIVE_TWO_THREAD_D, or d <= NATIVE_MAX_D for a batch
+# of 4 or more systems. Measured (one evaluation, medians): C over torch's best kernel on one core is
+# 2.4-4.9x at d <= 3 for every (B, n) from (1, 20) to (1, 4096), 1.5x at d = 8 and 1.05x at d = 16;
+# against torch on two threads C stays 1.6-2.8x faster at d <= 3, and at d = 8 it is 0.76x for one
+# system of 1024 tokens but 1.17x for 200 RK4 steps of a (64, 128, 8) batch (benchmarks/threads.py).
+# With more threads torch keeps the field.
 NATIVE_MAX_D = 8
 NATIVE_TWO_THREAD_D = 4
 
@@ -465,6 +467,7 @@ def native_reason(model: Model, like: torch.Tensor) -> str | None:
     """Why the field of ``model`` at states like ``like`` is not evaluated in C (``None`` when it is)."""
     w = model.weights
     d = like.shape[-1]
+    batch = math.prod(like.shape[:-2])
     threads = torch.get_num_threads()
     checks = [
         (os.environ.get("ATTNDYN_COMPILED", "1") != "0", "ATTNDYN_COMPILED=0"),
@@ -476,7 +479,7 @@ def native_reason(model: Model, like: torch.Tensor) -> str | None:
         ),
         (math.isfinite(model.beta), "hardmax"),
         (d <= NATIVE_MAX_D, f"d > {NATIVE_MAX_D}"),
-        (threads == 1 or (threads == 2 and d <= NATIVE_TWO_THREAD_D), f"torch runs {threads} threads, which beat one C thread here"),
+        (threads == 1 or (threads == 2 and (d <= NATIVE_TWO_THREAD_D or batch >= 4)), f"torch runs {threads} threads, which beat one C thread here"),
         (not (w.Q.requires_grad or w.K.requires_grad or w.V.requires_grad), "weights that require gradients"),
         (not (model.rescaled and model.geometry == "sphere"), "the rescaled model on the sphere"),
     ]
