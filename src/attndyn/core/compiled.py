@@ -616,11 +616,6 @@ def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | A
     return native_reason(model, x)
 
 
-def pays(x: torch.Tensor, steps: int) -> bool:
-    """Whether the compiled loop is the faster path: a run of at least :data:`MIN_STEPS` steps (and not switched off)."""
-    return os.environ.get("ATTNDYN_COMPILED", "1") != "0" and steps >= MIN_STEPS
-
-
 # one call into the C loop integrates about this many attention entries (about 0.2 s here), so that
 # progress is reported and Ctrl-C is seen (between calls) at least that often
 CHUNK_ENTRIES = 2.5e8

@@ -225,7 +225,7 @@ def simulate(
             and solver.b_err is not None
             and (not args.sphere or args.scheme == "post")
         ):
-            fused_step = compiled.stepper(args.native, solver, step.rtol, step.atol)
+            fused_step = compiled.stepper(native, solver, step.rtol, step.atol)
         try:
             sol = integrate(
                 field,
@@ -266,7 +266,7 @@ def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_step
         counts = step_counts(times, step.dt)
     except ValueError:
         return None  # off the grid: the eager path raises its error
-    if sum(counts) > max_steps or not compiled.pays(x, sum(counts)):
+    if not compiled.MIN_STEPS <= sum(counts) <= max_steps:  # eligible() has checked ATTNDYN_COMPILED
         return None
     if model.geometry == "sphere":
         norms = torch.linalg.vector_norm(x, dim=-1)
