@@ -11,7 +11,7 @@ would: ``ATTNDYN_THREADS=1``, ``ATTNDYN_THREADS=2``, the policy (no variable), a
 The loops are timed inside their process after a warm-up; the claims as a user waits for them
 (imports included). Rounds alternate the settings; the table gives medians of wall time and, per workload, the
 policy's time over the better of one and two threads (target: <= 1.10). The competitor is one
-CPU-bound Python loop. Usage: ``python benchmarks/threads.py [--rounds 3] [--quick]``. Beside a competitor single runs vary by 1.5x
+CPU-bound Python loop. Usage: ``python benchmarks/threads.py [--rounds 3] [--quick] [--only claims]``. Beside a competitor single runs vary by 1.5x
 in both directions (the scheduler shares the cores): use five or more rounds.
 """
 
@@ -73,8 +73,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="the small and batch loops only")
+    parser.add_argument("--only", choices=["small", "batch", "claims"], action="append", help="run only this workload (repeatable)")
     opts = parser.parse_args()
-    workloads = ["small", "batch"] if opts.quick else ["small", "batch", "claims"]
+    if opts.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {opts.rounds}")
+    workloads = opts.only or (["small", "batch"] if opts.quick else ["small", "batch", "claims"])
     rounds = opts.rounds
     settings = ["1", "2", "policy", "torch-default"]
     print(f"{os.cpu_count()} cores; medians of {rounds} alternating rounds (wall seconds; one subprocess per run)")

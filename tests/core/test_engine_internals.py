@@ -122,6 +122,48 @@ def test_simulate_equals_integrate_of_the_prepared_field(rng, monkeypatch):
     assert traj.stats == sol.stats
 
 
+def test_the_dedicated_rk4_step_is_the_generic_step_bit_for_bit(rng):
+    # integrate's fixed-step RK4 loop runs a four-stage step without the tableau loops; it must take
+    # the generic rk_step's exact arithmetic (same ops, same coefficients)
+    model = ad.Model(random_weights(rng, 3), beta=0.7)
+    x = torch.as_tensor(rng.normal(size=(2, 7, 3)))
+    args = prepare(model, x)
+    for t, dt in ((0.0, 0.01), (0.3, 0.1), (2.5, 1 / 3)):
+        generic = rk_step(lambda s, y: vector_field(s, y, args), t, x, dt, ad.RK4())[0]
+        assert torch.equal(solvers._classical_rk4(vector_field, args, dt)(t, x), generic)
+
+
+def test_an_eager_rk4_step_dispatches_the_fewest_torch_ops(rng, monkeypatch):
+    # the eager path's per-step cost is its torch calls (benchmarks/solvers.py times it against a
+    # straight-line replay of the same ops): one rescaled V = I step is four evaluations of
+    # transpose, addmm (logits, scale folded in), softmax, addmm (P z - z), three stage sums and the
+    # update (one add, three in-place adds) = 23 ops; each op more costs about 3 us at n = 20
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
+    model = ad.Model(ad.Weights.identity(2), rescaled=True)
+    z0 = rng.uniform(-1, 1, (20, 2))
+    counts = {}
+    for steps in (50, 150):
+        with Ops() as ops:
+            ad.simulate(model, z0, [0.0, steps * 0.005], solver=ad.RK4(), step=ad.FixedStep(0.005))
+        counts[steps] = ops.seen
+    per_step = {k: (counts[150][k] - counts[50][k]) / 100 for k in counts[150] if counts[150][k] != counts[50][k]}
+    expected = {"aten.transpose.int": 4, "aten.addmm.default": 8, "aten._softmax.default": 4, "aten.add.Tensor": 4, "aten.add_.Tensor": 3}
+    assert per_step == expected
+
+
 def test_observe_is_recorded_at_every_save_time(rng):
     model = ad.Model(random_weights(rng, 2))
     x0 = rng.normal(size=(5, 2))
