@@ -213,6 +213,9 @@ def simulate(
         fast = _compiled(model, x, ts, solver, step, observe, max_steps, progress)
         if fast is not None:
             return fast
+        chunk = cache_chunk(x, step, observe, progress)
+        if chunk is not None:
+            return _simulate_chunked(model, x, ts, chunk, solver=solver, step=step, max_steps=max_steps)
         args = prepare(model, x)
         # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
         field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
@@ -255,6 +258,44 @@ def simulate(
             observed=sol.observed,
             variable="z" if model.rescaled else "x",
         )
+
+
+# a fixed-step batch is integrated in chunks of systems whose state and logits take about this much
+# (n (n + d) entries a system). On this project's 2-core CPU, RK4 of (256, 32, d) sphere batches in
+# chunks against one piece: d = 128 (chunks of 25) 1.6x faster on one thread and on two, d = 64
+# 1.13-1.23x, d = 32 1.04-1.12x; chunks of a quarter of this size lost up to 1.3x at d = 32
+CHUNK_BYTES = 1024 * 1024
+
+
+def cache_chunk(x: torch.Tensor, step: object, observe: object, progress: object) -> int | None:
+    """Systems per chunk for a batched fixed-step run on the CPU whose working set exceeds the cache
+    (``CHUNK_BYTES`` a chunk), or None to integrate the batch in one piece.
+
+    Systems of a batch are independent and fixed steps are the same for all, so chunks take exactly
+    the steps of the whole; adaptive steps are shared by the batch (chunks would step differently),
+    and ``observe`` and ``progress`` see the whole state, so those runs stay in one piece.
+    """
+    if not isinstance(step, FixedStep) or observe is not None or progress is not None or x.ndim < 3 or x.device.type != "cpu":
+        return None
+    n, d = x.shape[-2:]
+    per_system = n * (n + d) * x.element_size()
+    chunk = max(1, CHUNK_BYTES // per_system)
+    return chunk if math.prod(x.shape[:-2]) > chunk else None
+
+
+def _simulate_chunked(model: Model, x: torch.Tensor, ts, chunk: int, *, solver: Tableau, step: FixedStep, max_steps: int) -> Trajectory:
+    """:func:`simulate` of a batch as consecutive chunks of ``chunk`` systems (the batch axes
+    flattened, then restored), each on the threads the whole batch was given."""
+    batch, (n, d) = x.shape[:-2], x.shape[-2:]
+    flat = x.reshape(-1, n, d)
+    threads = torch.get_num_threads()
+    parts = [
+        simulate(model, flat[i : i + chunk], ts, solver=solver, step=step, max_steps=max_steps, threads=threads) for i in range(0, len(flat), chunk)
+    ]
+    xs = torch.cat([p.xs for p in parts], dim=1)
+    first = parts[0]
+    # every chunk takes the same fixed steps: the statistics are those of one (as for the whole batch)
+    return dataclasses.replace(first, xs=xs.reshape(len(first.ts), *batch, n, d))
 
 
 def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_steps: int, progress) -> Trajectory | None:
