@@ -47,6 +47,7 @@ gpu-check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet 'jax[cpu]>=0.4'  # the '.[bench]' extra: the JAX reference of benchmarks/solvers.py
+	$(PY) -m pip install --quiet --no-deps torchdiffeq  # the reference ODE library of benchmarks/sweep.py (its only dependency, torch, is installed)
 	$(PY) benchmarks/velocity.py
 	$(PY) benchmarks/solvers.py
 	$(PY) benchmarks/meanfield.py
