@@ -20,7 +20,7 @@ warm-up call per candidate, in ``--rounds`` (default 5) interleaved rounds; medi
   the ledger (SQLite, result blobs) over the total, and separately the rest of the driver's time
   outside ``run_task`` (parsing the points, scheduling). Two point sizes: the worst case (n = 2,
   d = 2, two RK4 steps: about 0.1 ms of work a point) and phase-diagram points (n = 32, d = 8, t <= 5).
-Usage: python benchmarks/sweep.py [--quick] [--rounds 5]
+Usage: python benchmarks/sweep.py [--quick] [--rounds 5] [--only throughput|scaling|ledger]
 """
 
 from __future__ import annotations
@@ -266,16 +266,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="32 systems a beta, t <= 5 (the smoke version)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every comparison (default 5)")
+    parts = ("throughput", "scaling", "ledger")
+    parser.add_argument("--only", choices=parts, action="append", help="run only this part (repeatable)")
     a = parser.parse_args()
     if a.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {a.rounds}")
     set_process_default(1)  # one thread for torch and the BLAS pools, both sides alike
-    tp = throughput(a.quick, a.rounds)
+    only = a.only or parts
+    if "throughput" in only:
+        report_throughput(a.quick, a.rounds)
+    if "scaling" in only:
+        report_scaling(a.quick, a.rounds)
+    if "ledger" in only:
+        report_ledger()
+
+
+def report_throughput(quick: bool, rounds: int) -> None:
+    tp = throughput(quick, rounds)
     cpu, wall = tp["cpu"], tp["wall"]
     print(f"phase-diagram sweep, n = 32, d = 128: {tp['points']} grid points at {tp['attndyn_batched']:.1f} points/s", end="")
     print(" (one pass after a warm-up task, wall clock)")
     print(f"one beta's {tp['systems']} systems (the per-system loops over 32 of them), one thread each side,")
-    print(f"systems per second on the CPU clock / the wall clock (medians of {a.rounds} interleaved rounds after a warm-up call each):")
+    print(f"systems per second on the CPU clock / the wall clock (medians of {rounds} interleaved rounds after a warm-up call each):")
     for key in cpu:
         err = tp["errors"].get(key)
         print(f"  {key:28s} {1 / cpu[key]:8.2f} / {1 / wall[key]:8.2f}" + (f"   final-state error {err:.1e}" if err is not None else ""))
@@ -310,12 +322,18 @@ def main():
             print(f"    attndyn's best / torchdiffeq's Dopri5 (its default): {theirs['torchdiffeq_dopri5'] / best:.2f}x", end="")
         if theirs:
             print(f"; / torchdiffeq's best method: {min(theirs.values()) / best:.2f}x")
-    sc = scaling(a.quick, a.rounds)
-    rounds = ", ".join(f"{r:.2f}" for r in sc["ratios"])
-    size = 32 if a.quick else 256
+
+
+def report_scaling(quick: bool, rounds: int) -> None:
+    sc = scaling(quick, rounds)
+    per_round = ", ".join(f"{r:.2f}" for r in sc["ratios"])
+    size = 32 if quick else 256
     print(f"Dask LocalCluster (started beforehand, one thread a worker), 16 tasks of {size} systems: ", end="")
     print(f"1 worker {sc[1]:.1f} s, 2 workers {sc[2]:.1f} s (medians, wall clock): ", end="")
-    print(f"speed-up {sc['speedup']:.2f}x (rounds: {rounds})")
+    print(f"speed-up {sc['speedup']:.2f}x (rounds: {per_round})")
+
+
+def report_ledger() -> None:
     for label, size in (("worst case, n = 2, d = 2, 2 steps", {}), ("phase-diagram points, n = 32, d = 8, t <= 5", {"n": 32, "d": 8, "T": 5.0})):
         runs = [ledger_overhead(**size) for _ in range(3)]
         lo = runs[int(np.argsort([r["ledger"] for r in runs])[1])]  # the median run by ledger share
