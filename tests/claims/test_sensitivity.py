@@ -55,7 +55,7 @@ SENSITIVITY = {
         ({}, {"S_FINAL": 10.0}, ["(a) at most one", "(e) z_i of unbounded"]),
         ({}, {"S_FINAL": 8.0}, ["(c) rank(P)"]),
         ({"v_error": 1e-6}, {}, ["(d) distances"]),
-        ({"q_factor": -0.01}, {}, ["(f) slope"]),
+        ({"v_error": 0.15}, {}, ["(f) slope"]),
     ],
     "polytope-subspace": [
         ({"v_error": 1e-6}, {}, ["conv{pi_F z_i}"]),

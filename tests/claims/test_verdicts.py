@@ -375,19 +375,36 @@ def test_boolean_1d_checks_fail_on_violations(monkeypatch):
     a[f"z{k}"][-1, 0, order[1:3]] = 1e-5  # two tokens stay near 0
     assert _reported(judged(cid, a), "(e) at most one token") == 1
 
-    # (f) on rows whose -log(1 - P) grows 20 % slower than e^{v t}, and on the true rate
-    from attndyn.claims.boolean_1d import row_rate_slopes
+    # (f) on rows whose -log(1 - P) grows 20 % slower than e^{v t}, and on the true rates e^{v t}, e^{2 v t}
+    from attndyn.claims.boolean_1d import exponent_error, row_rate_slopes, saturation_level
 
     window = np.linspace(8, 14, 13)
     slow = 3.0 * np.exp(0.8 * window)[:, None] * np.ones((1, 4))
-    assert every_within(row_rate_slopes(window, slow, 1.0), 0.9, 2.1).passed is False
-    assert every_within(row_rate_slopes(window, slow**1.25, 1.0), 0.9, 2.1).passed is True
+    slopes, missed = row_rate_slopes(window, slow, 1.0)
+    assert missed == 0
+    assert every_within(exponent_error(slopes), 0.0, 0.1).passed is False
+    for power in (1.25, 2.5):  # exponents 1 and 2
+        slopes, missed = row_rate_slopes(window, slow**power, 1.0)
+        assert missed == 0
+        assert every_within(exponent_error(slopes), 0.0, 0.1).passed is True
+    between = 3.0 * np.exp(1.5 * window)[:, None] * np.ones((1, 4))  # neither 1 nor 2
+    assert every_within(exponent_error(row_rate_slopes(window, between, 1.0)[0]), 0.0, 0.1).passed is False
+    # the transient is not fitted: saves below the saturation level are left out, a row with too few is counted
+    bent = np.where(window < 11, 0.5, 3.0 * np.exp(window - 8))[:, None] * np.ones((1, 4))
+    assert row_rate_slopes(window, bent, 1.0)[0] == pytest.approx([1.0] * 4)
+    flat = np.full((13, 4), 0.5 * saturation_level(4))
+    assert row_rate_slopes(window, flat, 1.0) == ([], 4)
     # and through judge: rows whose fitted rates come out 20 % low (0.8 v in place of v)
     from attndyn.claims import boolean_1d
 
     real = boolean_1d.row_rate_slopes
-    monkeypatch.setattr(boolean_1d, "row_rate_slopes", lambda *args: [0.8 * r for r in real(*args)])
-    assert failing(judged(cid, copy_arrays(cid)), "(f)")
+
+    def low(*args):
+        slopes, missed = real(*args)
+        return [0.8 * r for r in slopes], missed
+
+    monkeypatch.setattr(boolean_1d, "row_rate_slopes", low)
+    assert failing(judged(cid, copy_arrays(cid)), "(f) slope")
 
 
 # --- polytope-subspace --------------------------------------------------------------------------
