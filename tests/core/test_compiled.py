@@ -279,3 +279,26 @@ def test_the_points_kernel_is_the_long_time_integrator_s_numpy_field(kernel, mon
             assert gap == pytest.approx(gap0, rel=1e-13, abs=1e-13)
     monkeypatch.setenv("ATTNDYN_COMPILED", "0")
     assert compiled.points_kernel(None, 3, 1.0) is None
+
+
+def kutta_three_eighths(name: str) -> ad.core.solvers.Tableau:
+    """Kutta's 3/8 rule (Hairer-Norsett-Wanner I, Table 1.2): order 4, not classical RK4."""
+    third = 1 / 3
+    return ad.core.solvers.Tableau(
+        name, 4, (0.0, third, 2 * third, 1.0), ((), (third,), (-third, 1.0), (1.0, -1.0, 1.0)), (1 / 8, 3 / 8, 3 / 8, 1 / 8)
+    )
+
+
+def test_a_tableau_named_rk4_is_compared_by_value_not_by_name(kernel, monkeypatch):
+    """Finding 1 of issue 36: the 3/8 rule named "rk4" went to the compiled classical-RK4 loop and
+    returned classical RK4's result. The oracle: the same tableau under another name (eager)."""
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    model = ad.Model(ad.Weights.identity(2), beta=2.0)
+    x0 = np.random.default_rng(3).uniform(-1, 1, (9, 2))
+    ts, step = np.linspace(0.0, 2.0, 3), ad.FixedStep(0.01)
+    impostor = ad.simulate(model, x0, ts, solver=kutta_three_eighths("rk4"), step=step)
+    honest = ad.simulate(model, x0, ts, solver=kutta_three_eighths("kutta38"), step=step)
+    classical = ad.simulate(model, x0, ts, solver=ad.RK4(), step=step)
+    assert impostor.stats == honest.stats
+    torch.testing.assert_close(impostor.xs, honest.xs, rtol=1e-13, atol=1e-14)
+    assert (impostor.xs - classical.xs).abs().max().item() > 1e-11  # the two order-4 rules differ

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau
+from attndyn.core.solvers import RK4, AdaptiveStep, FixedStep, Tableau
 
 if TYPE_CHECKING:
     from attndyn.core.dynamics import Model
@@ -605,7 +605,7 @@ def points_kernel(M: np.ndarray | None, d: int, beta: float, usa: tuple[float, i
 def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | AdaptiveStep, observe: Callable | None) -> str | None:
     """Why :func:`run` cannot integrate this call (``None`` when it can); see the module docstring."""
     checks = [
-        (getattr(solver, "name", "") == "rk4", "not RK4"),
+        (solver == RK4(), "not classical RK4"),  # by value: another order-4 tableau named "rk4" is not it
         (isinstance(step, FixedStep), "not a fixed step"),
         (model.geometry == "euclidean" or model.scheme == "post", "a normalization scheme other than Post-LN"),
         (not model.rescaled or _scalar_V(model), "a rescaled model with V not a multiple of I"),
