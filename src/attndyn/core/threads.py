@@ -93,7 +93,7 @@ def _cpu_sample() -> tuple[float, float, float, float] | None:
 
 
 def others_busy() -> float | None:
-    """Cores kept busy by other processes since the last reading (or over a 20 ms window); None if unknown."""
+    """Cores kept busy by other processes since the last reading (or over a window of ``_SAMPLE``, 50 ms); None if unknown."""
     global _last, _last_busy
     now = _cpu_sample()
     if now is None:
