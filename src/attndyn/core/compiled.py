@@ -2,15 +2,15 @@
 
 Contract
 --------
-For a small state, one RK4 step of the eager engine is a few dozen torch calls of a few microseconds
-each, which is most of its cost (about 55 us at n = 20, d = 2); for a batch of small systems, torch's
-exp (0.77 G/s here) and its tiny batched matrix products are. This module holds the same field
+For a small state, one RK4 step of the eager engine is a few dozen torch calls, whose fixed per-call
+cost is most of its cost; for a batch of small systems, torch's exp and its tiny batched matrix
+products are (``benchmarks/solvers.py`` measures both). This module holds the same field
 written in C (:data:`SOURCE`, our own), compiled once per machine with the system's C compiler
 (``-O3 -march=native``, else ``-O2``) into a cache folder (``$ATTNDYN_CACHE``, else
 ``$XDG_CACHE_HOME/attndyn``, else ``~/.cache/attndyn``; the key includes the CPU's model and flags)
-and loaded with :mod:`ctypes`. The cold start is one compiler call (0.1-0.3 s here); later runs load
-the cached library. Its exponential is a polynomial the compiler vectorises (within 4e-16 of libm,
-about 3x torch's rate here), and it computes eight rows of attention at once, one per vector lane.
+and loaded with :mod:`ctypes`. The cold start is one compiler call; later runs load the cached
+library. Its exponential is a polynomial the compiler vectorises (within 4e-16 of libm, and faster
+than torch's exp), and it computes eight rows of attention at once, one per vector lane.
 
 Kernels only: which call uses them is decided in :mod:`attndyn.core.plan` (the C field's conditions,
 the compiled loop's, and why each was not taken). Three uses:
@@ -525,8 +525,8 @@ def stepper(spec: Native, tableau: Tableau, rtol: float, atol: float) -> Stepper
 
 
 def _address(a: np.ndarray) -> int:
-    """The data address of a C-contiguous float64 array: the buffer protocol (0.3 us) where the array is
-    writable, else ``.ctypes`` (0.9 us)."""
+    """The data address of a C-contiguous float64 array: the buffer protocol where the array is
+    writable (the cheaper call), else ``.ctypes``."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError):
@@ -561,8 +561,8 @@ def points_kernel(M: np.ndarray | None, d: int, beta: float, usa: tuple[float, i
     return kernel
 
 
-# one call into the C loop integrates about this many attention entries (about 0.2 s here), so that
-# progress is reported and Ctrl-C is seen (between calls) at least that often
+# one call into the C loop integrates about this many attention entries (a fraction of a second), so
+# that progress is reported and Ctrl-C is seen (between calls) at least that often
 CHUNK_ENTRIES = 2.5e8
 
 

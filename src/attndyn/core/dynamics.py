@@ -204,8 +204,8 @@ class Prepared:
 
 
 # attention="auto" takes the fused kernel from this many attention entries per evaluation (batch x n^2),
-# or from this n: measured on one core (benchmarks/kernels.py), fused is 3-4x faster from 2^20 entries
-# (one system of 1024 tokens, 64 systems of 128) and slower than dense below about 2^18
+# or from this n: fused (SDPA, O(n) memory) wins from about 2^20 entries (one system of 1024 tokens,
+# 64 systems of 128) and loses to dense below about 2^18 (benchmarks/kernels.py)
 AUTO_FUSED_ENTRIES = 2**20
 AUTO_FUSED_N = 512
 
@@ -286,7 +286,7 @@ def _eigen_factors(V: torch.Tensor) -> tuple | None:
     """``(S, w, S^-1)`` of a diagonalisable V with well-conditioned eigenvectors, or None.
 
     ``e^{tV} = S e^{t w} S^-1`` then costs d exponentials and one d x d product per evaluation instead
-    of a ``torch.linalg.matrix_exp`` (67 us at d = 2, 2.6 times the rest of a small system's field).
+    of a ``torch.linalg.matrix_exp`` (which costs more than the rest of a small system's field).
     A defective or nearly defective V (Jordan blocks, condition number above ``EIG_COND_MAX``) keeps
     matrix_exp.
     """
@@ -350,7 +350,7 @@ def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
     row maximum subtracted.
 
     Many short rows (a batch of small systems, rows of at most 32) go through four plain passes,
-    which this CPU runs about 1.4x faster than ``torch.softmax``'s kernel at (32, 32, 32); every
+    which run faster than ``torch.softmax``'s kernel on such shapes (benchmarks/kernels.py); every
     other shape uses ``torch.softmax``. Overflowing logits give NaN either way.
     """
     if L.ndim == 3 and L.shape[0] >= 16 and L.shape[-1] <= 32 and L.device.type == "cpu":
@@ -362,7 +362,7 @@ def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
 def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, subtract_own: bool) -> torch.Tensor:
     """One head, dense softmax, ``m >= d``, states ``(n, d)`` or ``(B, n, d)``: the fewest torch calls.
 
-    Small systems are dominated by per-call overhead (about 3 us a call on a CPU), so the scale is
+    Small systems are dominated by per-call overhead (a few microseconds a call), so the scale is
     folded into a GEMM (``alpha``), ``P v - v`` is one ``addmm``/``baddbmm``, and identity factors
     (``Q^T K = I``, ``V = I``) are skipped. Overflowing logits give NaN here, caught at the
     solvers' save times.

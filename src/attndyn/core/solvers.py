@@ -132,8 +132,8 @@ class Tableau:
 
 
 # The tableaux are immutable (frozen) values, validated against their order conditions once, when
-# this module is imported; the functions below return them (building one costs about 0.4 ms of
-# order-condition checks, which a sweep building a config per grid point would pay each time).
+# this module is imported; the functions below return them (building one runs the order-condition
+# checks over every rooted tree, which a sweep building a config per grid point would pay each time).
 
 _EULER = Tableau("euler", 1, (0.0,), ((),), (1.0,))
 _HEUN = Tableau("heun", 2, (0.0, 1.0), ((), (1.0,)), (0.5, 0.5))
