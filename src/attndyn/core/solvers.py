@@ -17,7 +17,9 @@ Contract
   norm) per step, which step control needs.
 * Adaptive control (Dopri5): error norm ``max over batch of RMS(err / (atol + rtol max(|x|, |x_new|)))``
   (so a batch shares one step and every member meets its tolerance), Hairer's initial step
-  selection, and a PI controller (``pi_beta=0`` gives the classic I controller).
+  selection, and a PI controller (``pi_beta=0`` gives the classic I controller), all in one
+  :class:`StepController` (``init``, ``adapt``; the constants :data:`SAFETY`, :data:`MIN_FACTOR`,
+  :data:`MAX_FACTOR`, :data:`ERROR_FLOOR`), which ``integrate`` and ``longtime.simulate_long`` share.
 """
 
 from __future__ import annotations
