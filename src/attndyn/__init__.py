@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from attndyn.core.dynamics import Model, attention_matrix, velocity
 from attndyn.core.longtime import LongTrajectory, simulate_long
-from attndyn.core.simulation import Trajectory, residual_layers, simulate, sphere_start
+from attndyn.core.simulation import Trajectory, plan, residual_layers, simulate, sphere_start
 from attndyn.core.solvers import RK4, AdaptiveStep, Dopri5, Euler, FixedStep, Heun
 from attndyn.core.weights import FeedForward, Weights
 
@@ -45,6 +45,7 @@ __all__ = [
     "Weights",
     "analyze",
     "attention_matrix",
+    "plan",
     "residual_layers",
     "simulate",
     "simulate_long",

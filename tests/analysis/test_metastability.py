@@ -7,7 +7,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import attndyn as ad
-from attndyn.analysis import metastability as ms
+from attndyn.analysis import metastability as meta
 from attndyn.theory import closed_forms as theory
 
 
@@ -18,20 +18,20 @@ def test_energy_of_tight_clusters_is_the_staircase_level():
     x = np.concatenate([np.tile(c, (k, 1)) for c, k in zip(centres, sizes, strict=True)])
     x += 1e-9 * rng.standard_normal(x.shape)
     x /= np.linalg.norm(x, axis=-1, keepdims=True)
-    m = ms.cluster_masses(x, tol=1e-6)
+    m = meta.cluster_masses(x, tol=1e-6)
     np.testing.assert_allclose(m, [0.6, 0.2, 0.2])
-    assert ms.normalized_energy(x, 60.0) == pytest.approx((m**2).sum(), abs=1e-12)
+    assert meta.normalized_energy(x, 60.0) == pytest.approx((m**2).sum(), abs=1e-12)
     assert (m**2).sum() in [pytest.approx(v) for v in theory.staircase_levels(5)]
 
 
 def test_plateaus_find_the_flat_runs_of_a_staircase_on_log_time():
     ts = np.geomspace(1e-2, 1e6, 801)
     levels = np.where(ts < 1, 0.2, np.where(ts < 1e3, 0.28, 0.52))
-    found = ms.plateaus(ts, levels, tol=1e-3, min_decades=1.0)
+    found = meta.plateaus(ts, levels, tol=1e-3, min_decades=1.0)
     assert [round(p.level, 6) for p in found] == [0.2, 0.28, 0.52]
     assert found[1].start == pytest.approx(1.0, rel=0.03)
     assert found[1].decades == pytest.approx(3.0, abs=0.05)
-    assert ms.plateaus(ts, np.log(ts), tol=1e-3, min_decades=1.0) == []  # no flat run
+    assert meta.plateaus(ts, np.log(ts), tol=1e-3, min_decades=1.0) == []  # no flat run
 
 
 def two_token_rate(c, beta):
@@ -60,7 +60,7 @@ def test_pairing_clock_makes_the_pair_cosine_a_tanh_at_large_beta():
     # 50 points inside every solver step: the clock speeds up e-fold for every 1 / beta of c
     ts = np.unique(np.concatenate([np.linspace(a, b, 50) for a, b in zip(sol.t[:-1], sol.t[1:], strict=True)]))
     c = sol.sol(ts)[0]
-    s = ms.pairing_clock(ts, c, beta)
+    s = meta.pairing_clock(ts, c, beta)
     far = beta * (1 - c) > 20
     assert c[far].max() > 0.85
     np.testing.assert_allclose(c[far], theory.pairing_cosine(s[far], c0), atol=1e-4)
@@ -68,8 +68,8 @@ def test_pairing_clock_makes_the_pair_cosine_a_tanh_at_large_beta():
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="same length"):
-        ms.plateaus(np.arange(3.0), np.arange(4.0), tol=0.1, min_decades=1)
+        meta.plateaus(np.arange(3.0), np.arange(4.0), tol=0.1, min_decades=1)
     with pytest.raises(ValueError, match="must be > 0"):
-        ms.plateaus(np.arange(3.0), np.arange(3.0), tol=0.0, min_decades=1)
+        meta.plateaus(np.arange(3.0), np.arange(3.0), tol=0.0, min_decades=1)
     with pytest.raises(ValueError, match=r"\(\.\.\., n, d\)"):
-        ms.normalized_energy(np.ones(3), 1.0)
+        meta.normalized_energy(np.ones(3), 1.0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attndyn as ad
-from attndyn.core import compiled
+from attndyn.core import compiled, plan
 
 
 @pytest.fixture
@@ -99,8 +99,10 @@ def test_what_it_does_not_cover_stays_with_the_eager_engine(kernel, monkeypatch)
     ad.simulate(ad.Model(ad.Weights.identity(2)), x0, [0.0, 0.5], **fixed)  # 50 steps: below MIN_STEPS
     assert not calls
     assert (
-        compiled.eligible(ad.Model(ad.Weights.identity(2), beta=math.inf), torch.zeros(3, 2, dtype=torch.float64), ad.RK4(), ad.FixedStep(0.1), None)
-        == "hardmax"
+        plan.loop_reason(
+            ad.Model(ad.Weights.identity(2), beta=math.inf), torch.zeros(3, 2, dtype=torch.float64), ad.RK4(), ad.FixedStep(0.1), None, 10**5
+        )
+        == "the C field: hardmax"
     )
 
 
@@ -163,7 +165,7 @@ def test_the_native_field_is_torch_s_field_for_every_d_mode_and_shape(kernel, mo
         ]
         for model, state, t in cases:
             args = prepare(model, state)
-            assert args.native is not None, compiled.native_reason(model, state)
+            assert args.native is not None, plan.native_reason(model, state)
             fast, ref = vector_field(t, state, args), torch_field(model, state, t)
             assert fast.shape == ref.shape
             torch.testing.assert_close(fast, ref, rtol=0, atol=1e-13 * max(1.0, ref.abs().max().item()))
@@ -193,25 +195,25 @@ def test_the_native_field_is_kept_off_where_torch_is_needed_or_faster(kernel, mo
     monkeypatch.setenv("ATTNDYN_COMPILED", "1")
     x = torch.zeros(5, 3, dtype=torch.float64)
     W = ad.Weights.identity(3)
-    assert compiled.native_reason(ad.Model(W), x) is None
-    assert compiled.native_reason(ad.Model(W), x.float()) == "not float64 on the CPU"
-    assert compiled.native_reason(ad.Model(W, mask="causal"), x) == "a mask, a sink or another normalization"
-    assert compiled.native_reason(ad.Model(W, attention="fused"), x) is None  # O(n) memory, as fused
-    assert compiled.native_reason(ad.Model(ad.Weights.identity(9)), torch.zeros(5, 9, dtype=torch.float64)) == "d > 8"
+    assert plan.native_reason(ad.Model(W), x) is None
+    assert plan.native_reason(ad.Model(W), x.float()) == "not float64 on the CPU"
+    assert plan.native_reason(ad.Model(W, mask="causal"), x) == "a mask, a sink or another normalization"
+    assert plan.native_reason(ad.Model(W, attention="fused"), x) is None  # O(n) memory, as fused
+    assert plan.native_reason(ad.Model(ad.Weights.identity(9)), torch.zeros(5, 9, dtype=torch.float64)) == "d > 8"
     general = ad.Model(ad.Weights(np.eye(3), np.eye(3), np.diag([1.0, 2.0, 3.0])), rescaled=True)
-    assert compiled.native_reason(general, x) is None  # the field, through E^T Q^T K E
-    assert compiled.eligible(general, x, ad.RK4(), ad.FixedStep(0.1), None) == "a rescaled model with V not a multiple of I"  # not the loop
+    assert plan.native_reason(general, x) is None  # the field, through E^T Q^T K E
+    assert plan.loop_reason(general, x, ad.RK4(), ad.FixedStep(0.1), None, 10**5) == "a rescaled model with V not a multiple of I"  # not the loop
     grad = ad.Weights.identity(3)
     grad.V.requires_grad_(True)
-    assert compiled.native_reason(ad.Model(grad), x) == "weights that require gradients"
+    assert plan.native_reason(ad.Model(grad), x) == "weights that require gradients"
     with ad.core.threads.policy(0, 2):
-        assert compiled.native_reason(ad.Model(W), x) is None  # d = 3: one C thread beats two torch threads
-        assert compiled.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(5, 6, dtype=torch.float64)).startswith("torch runs 2 threads")
-        assert compiled.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(4, 5, 6, dtype=torch.float64)) is None  # a batch: C
+        assert plan.native_reason(ad.Model(W), x) is None  # d = 3: one C thread beats two torch threads
+        assert plan.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(5, 6, dtype=torch.float64)).startswith("torch runs 2 threads")
+        assert plan.native_reason(ad.Model(ad.Weights.identity(6)), torch.zeros(4, 5, 6, dtype=torch.float64)) is None  # a batch: C
     with ad.core.threads.policy(0, 3):
-        assert compiled.native_reason(ad.Model(W), x).startswith("torch runs 3 threads")
+        assert plan.native_reason(ad.Model(W), x).startswith("torch runs 3 threads")
     monkeypatch.setenv("ATTNDYN_COMPILED", "0")
-    assert compiled.native_reason(ad.Model(W), x) == "ATTNDYN_COMPILED=0"
+    assert plan.native_reason(ad.Model(W), x) == "ATTNDYN_COMPILED=0"
 
 
 def test_a_state_that_records_gradients_takes_the_torch_field(kernel, monkeypatch):
@@ -279,3 +281,26 @@ def test_the_points_kernel_is_the_long_time_integrator_s_numpy_field(kernel, mon
             assert gap == pytest.approx(gap0, rel=1e-13, abs=1e-13)
     monkeypatch.setenv("ATTNDYN_COMPILED", "0")
     assert compiled.points_kernel(None, 3, 1.0) is None
+
+
+def kutta_three_eighths(name: str) -> ad.core.solvers.Tableau:
+    """Kutta's 3/8 rule (Hairer-Norsett-Wanner I, Table 1.2): order 4, not classical RK4."""
+    third = 1 / 3
+    return ad.core.solvers.Tableau(
+        name, 4, (0.0, third, 2 * third, 1.0), ((), (third,), (-third, 1.0), (1.0, -1.0, 1.0)), (1 / 8, 3 / 8, 3 / 8, 1 / 8)
+    )
+
+
+def test_a_tableau_named_rk4_is_compared_by_value_not_by_name(kernel, monkeypatch):
+    """Finding 1 of issue 36: the 3/8 rule named "rk4" went to the compiled classical-RK4 loop and
+    returned classical RK4's result. The oracle: the same tableau under another name (eager)."""
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    model = ad.Model(ad.Weights.identity(2), beta=2.0)
+    x0 = np.random.default_rng(3).uniform(-1, 1, (9, 2))
+    ts, step = np.linspace(0.0, 2.0, 3), ad.FixedStep(0.01)
+    impostor = ad.simulate(model, x0, ts, solver=kutta_three_eighths("rk4"), step=step)
+    honest = ad.simulate(model, x0, ts, solver=kutta_three_eighths("kutta38"), step=step)
+    classical = ad.simulate(model, x0, ts, solver=ad.RK4(), step=step)
+    assert impostor.stats == honest.stats
+    torch.testing.assert_close(impostor.xs, honest.xs, rtol=1e-13, atol=1e-14)
+    assert (impostor.xs - classical.xs).abs().max().item() > 1e-11  # the two order-4 rules differ

@@ -126,7 +126,7 @@ def test_simulate_equals_integrate_of_the_prepared_field(rng, monkeypatch):
 def test_a_large_fixed_step_batch_in_cache_sized_chunks_is_the_batch_in_one_piece(rng, monkeypatch, geometry):
     # systems are independent and fixed steps shared, so chunks must reproduce the one-piece run
     # (to the rounding of a batched GEMM of another batch size), batch axes in place
-    from attndyn.core import simulation
+    from attndyn.core import plan
 
     monkeypatch.setenv("ATTNDYN_COMPILED", "0")
     d = 12  # above the C field's d <= 8: the torch engine's batches are the ones chunked
@@ -139,17 +139,17 @@ def test_a_large_fixed_step_batch_in_cache_sized_chunks_is_the_batch_in_one_piec
     ts = [0.0, 0.2, 0.5]
     whole = ad.simulate(model, x0, ts, solver=ad.RK4(), step=ad.FixedStep(0.05))
     per_system = 7 * (7 + d) * 8
-    monkeypatch.setattr(simulation, "CHUNK_BYTES", 4 * per_system)  # chunks of 4 systems: 15 = 4 + 4 + 4 + 3
-    assert simulation.cache_chunk(x0, ad.FixedStep(0.05), None, None) == 4
+    monkeypatch.setattr(plan, "CHUNK_BYTES", 4 * per_system)  # chunks of 4 systems: 15 = 4 + 4 + 4 + 3
+    assert plan.cache_chunk(x0, ad.FixedStep(0.05), None, None) == 4
     chunked = ad.simulate(model, x0, ts, solver=ad.RK4(), step=ad.FixedStep(0.05))
     assert chunked.xs.shape == whole.xs.shape == (3, 3, 5, 7, d)
     torch.testing.assert_close(chunked.xs, whole.xs, rtol=0, atol=1e-14)
     assert chunked.stats == whole.stats
     # the shared adaptive step, observe and progress see the whole batch: never chunked
-    assert simulation.cache_chunk(x0, ad.AdaptiveStep(rtol=1e-8, atol=1e-10), None, None) is None
-    assert simulation.cache_chunk(x0, ad.FixedStep(0.05), lambda t, x: x, None) is None
-    assert simulation.cache_chunk(x0, ad.FixedStep(0.05), None, print) is None
-    assert simulation.cache_chunk(x0[0, 0], ad.FixedStep(0.05), None, None) is None  # one system
+    assert plan.cache_chunk(x0, ad.AdaptiveStep(rtol=1e-8, atol=1e-10), None, None) is None
+    assert plan.cache_chunk(x0, ad.FixedStep(0.05), lambda t, x: x, None) is None
+    assert plan.cache_chunk(x0, ad.FixedStep(0.05), None, print) is None
+    assert plan.cache_chunk(x0[0, 0], ad.FixedStep(0.05), None, None) is None  # one system
 
 
 def test_the_dedicated_rk4_step_is_the_generic_step_bit_for_bit(rng):

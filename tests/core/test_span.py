@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import attndyn as ad
-from attndyn.core.simulation import span_obstruction
+from attndyn.core.plan import span_obstruction
 
 
 def unit(a):

@@ -142,7 +142,7 @@ def _eigvals_of(shape: tuple[int, ...], data: bytes) -> np.ndarray:
 def eigenvalues(a: np.ndarray) -> np.ndarray:
     """The eigenvalues of a float64 matrix (``np.linalg.eigvals``, or the reduced problem of
     :func:`range_basis` for a low-rank one), memoised by content (the regime tests ask for the spectrum
-    of the same V several times; a 384 x 384 eigensolve costs ~30 ms). Read-only result."""
+    of the same V several times; a 384 x 384 eigensolve is not free). Read-only result."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     return _eigvals_of(a.shape, a.tobytes())
 

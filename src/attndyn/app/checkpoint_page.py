@@ -33,7 +33,7 @@ from attndyn.core.simulation import residual_layers, simulate
 from attndyn.core.solvers import AdaptiveStep, Dopri5
 from attndyn.core.weights import to_numpy
 from attndyn.models.bert import embed, encoder_layers, load_checkpoint, per_head_table, resolve
-from attndyn.models.token_geometry import effective_rank, leaders, mean_cosine
+from attndyn.models.token_geometry import effective_rank, mean_cosine, most_attended
 from attndyn.workflow import ownership
 from attndyn.workflow.files import atomic_write_text, write_json
 
@@ -101,7 +101,7 @@ def checkpoint_report(
     for k in range(L + 1):
         row = {"depth": k, "real": {"mean_cosine": mean_cosine(to_numpy(hidden[k])), "effective_rank": effective_rank(to_numpy(hidden[k]))}}
         if k >= 1:
-            row["real"]["leaders"] = leaders(to_numpy(probs[k - 1]), tokens)
+            row["real"]["leaders"] = most_attended(to_numpy(probs[k - 1]), tokens)
         for label, traj in (("continuous", cont), ("residual", disc)):
             if traj is None:
                 continue
@@ -110,7 +110,7 @@ def checkpoint_report(
             row[label] = {
                 "mean_cosine": mean_cosine(x),
                 "effective_rank": effective_rank(x),
-                "leaders": leaders(P, tokens),
+                "leaders": most_attended(P, tokens),
                 "norm": float(np.linalg.norm(x, axis=-1).max()),
             }
         comparison.append(row)

@@ -227,8 +227,9 @@ def delayed_progress(description: str, total: float, *, delay: float | None = No
 @app.command()
 def simulate(
     config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
-    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Run folder to write (required unless --explain).")] = None,
     movie: Annotated[bool, typer.Option("--movie", help="Also write trajectory.gif (the tokens moving; principal axes above d = 3).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the engine plan (which path runs, why not a faster one) and exit.")] = False,
 ) -> None:
     """Simulate a config and write a run folder."""
     from attndyn.workflow import ownership, runs
@@ -237,8 +238,13 @@ def simulate(
 
     try:
         cfg = load_config(config)
-    except ConfigError as err:
+        if explain:
+            console.print(runs.explain(cfg), markup=False, highlight=False)
+            return
+    except (ConfigError, ValueError) as err:
         fail(f"{config}: {err}")
+    if out is None:
+        fail("--out is required: name the run folder to write (or pass --explain to print the plan only)")
     ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
     marker = ownership.read_marker(out) if out.is_dir() else None
     if movie and (out / "trajectory.gif").exists() and "trajectory.gif" not in (marker or {}).get("files", []):

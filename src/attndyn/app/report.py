@@ -161,8 +161,6 @@ SCRIPT = """
 })();
 """
 
-KIND_LABEL = {"pass/fail": "pass/fail", "report": "report"}
-
 
 def _key_numbers(r: dict, k: int = 2) -> list[str]:
     """The one or two numbers that matter: the first judged checks (or reported values)."""

@@ -157,7 +157,7 @@ def _on_dask(sweep, todo, payload, workers, scheduler):
         client = Client(scheduler, timeout="30s")
     else:
         n = workers or max(1, min(os.cpu_count() or 1, len(todo)))
-        # one thread per worker (OMP too): two 2-thread torch jobs on two cores run ~4x slower
+        # one thread per worker (OMP too): two 2-thread torch jobs on two cores oversubscribe them and run much slower
         one_thread = {"OMP_NUM_THREADS": "1", "ATTNDYN_THREADS": "1"}
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=one_thread)
         client = Client(cluster)

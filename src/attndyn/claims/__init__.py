@@ -3,8 +3,9 @@
 Layer contract
 --------------
 ``EXPERIMENTS`` is a plain dict from claim id to module name (imported on demand with
-``load``). Each module exports ``CLAIM``, ``Config``, ``QUICK``, ``run`` and ``figures`` (see
-``common``); ``runner`` runs a claim into its run folder and judges saved folders. A claim's checks
+``load``). Each module keeps the claim module contract written in ``common.CONTRACT``
+(``CLAIM``, ``Config``, ``QUICK``, ``run``, ``judge``, ``figures``; optionally ``available`` and
+``movies``, ``common.OPTIONAL``); ``runner`` runs a claim into its run folder and judges saved folders. A claim's checks
 are pure functions of its saved arrays. Imports every layer below :mod:`attndyn.app`
 (core, analysis, theory, models, workflow); nothing below imports it.
 """

@@ -10,7 +10,7 @@ import torch
 
 import attndyn as ad
 from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every_within, report
-from attndyn.theory import third_wave as tw
+from attndyn.theory import causal_attention
 from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
@@ -81,7 +81,7 @@ def run(config: Config) -> Result:
     rng = np.random.default_rng(config.seed)
     n, d, k, dt = config.n, config.d, config.layers, config.dt
     x0 = rng.normal(size=(n, d))
-    C = tw.cesaro(n)
+    C = causal_attention.cesaro(n)
     model = _model(config)
     ts = np.arange(k + 1) * dt
     euler = ad.simulate(model, x0, ts, solver=ad.Euler(), step=ad.FixedStep(dt)).xs.numpy()
@@ -94,12 +94,12 @@ def run(config: Config) -> Result:
     arrays["flow_ts"] = flow_ts
     for name, rtol in (("flow", 1e-12), ("flow_fine", 1e-13)):
         arrays[name] = ad.simulate(model, x0, flow_ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=rtol * 1e-2)).xs.numpy()
-    arrays["flow_exact"] = np.stack([tw.causal_flow(x0, t) for t in flow_ts])
+    arrays["flow_exact"] = np.stack([causal_attention.causal_flow(x0, t) for t in flow_ts])
     # the rollout of the engine's own attention at beta (= 0: the Cesaro matrix) on a long sequence
     xr = rng.normal(size=(ROLLOUT_N, 2))
     A = ad.attention_matrix(ad.Model(ad.Weights.identity(2), beta=config.beta, mask="causal"), xr)[0].numpy()
     arrays["rollout"] = rollout([A] * ROLLOUT_H, ROLLOUT_A)
-    arrays["rollout_exact"] = tw.rollout_weights(ROLLOUT_N, 6, 0.5)
+    arrays["rollout_exact"] = causal_attention.rollout_weights(ROLLOUT_N, 6, 0.5)
     arrays |= position_bias(config, rng)
     arrays |= trained_rollout(config)
     checks, info = judge(arrays, config)
@@ -190,7 +190,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     )
     js = np.array([10, 100, 1000])
     js = js[js < roll.size]
-    tail = tw.primacy_tail(js, roll.size, ROLLOUT_H, ROLLOUT_A)
+    tail = causal_attention.primacy_tail(js, roll.size, ROLLOUT_H, ROLLOUT_A)
     checks["primacy-tail formula vs exact rollout: max relative error for j in {10, 100, 1000}"] = report(
         float(np.abs(tail / ref[js - 1] - 1).max()) if js.size else float("nan"), "an asymptotic formula; accurate for j >~ 10"
     )

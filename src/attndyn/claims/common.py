@@ -2,18 +2,18 @@
 
 Contract
 --------
-Each claim module exports ``CLAIM`` (:class:`ClaimInfo`), ``Config`` (pydantic,
-``extra="forbid"``, ``seed`` required, defaults = the full-size inputs), ``QUICK`` (the
-overrides of the quick size), ``run(config) -> Result`` (computes, no I/O) and
-``figures(result) -> dict[name, Figure]`` (plus optionally ``movies(result) -> dict[name, frames
-spec]``). ``Result.checks`` maps a check name to :class:`Check` ``(value, threshold, passed)``;
-for claims of kind ``report`` the verdict is ``report`` whatever the checks say.
+What a claim module exports is written once, in :data:`CONTRACT` (required) and :data:`OPTIONAL`
+(with the default the runner applies), and checked over every claim by
+``tests/claims/test_contract.py`` (:func:`contract_problems`). ``Result.checks`` maps a check name to
+:class:`Check` ``(value, threshold, passed)``; for claims of kind ``report`` the verdict is
+``report`` whatever the checks say.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
@@ -67,6 +67,44 @@ class Check:
     # the stated power: the smallest physically meaningful error this check is shown (by a test that
     # runs it through the pipeline) to detect, e.g. "beta off by 5 %"
     detects: str = ""
+
+
+# The claim module contract: every name a claim module must export, and what it is.
+CONTRACT = {
+    "CLAIM": "ClaimInfo: id (the key in attndyn.claims.EXPERIMENTS), paper reference, title, statement, hypotheses, kind",
+    "Config": "a pydantic ExperimentConfig subclass (extra='forbid', seed required); its defaults are the full-size inputs",
+    "QUICK": "dict of Config overrides for the quick size (reproduce --quick), possibly empty",
+    "run": "run(config) -> Result: computes the arrays and the checks, no I/O",
+    "judge": "judge(arrays, config) -> (checks, info): the checks as pure functions of the saved arrays (attndyn judge)",
+    "figures": "figures(result) -> dict of name to Figure",
+}
+# Optional exports, with what the runner does without them.
+OPTIONAL = {
+    "available": "available() -> (ok, reason): whether the claim's data is here (default: always); a claim without it is skipped",
+    "movies": "movies(result, folder) -> list of the movie files written into the run folder (default: none)",
+}
+
+
+def contract_problems(module: ModuleType) -> list[str]:
+    """What ``module`` lacks or gets wrong of :data:`CONTRACT` (an empty list when it keeps it)."""
+    problems = [f"no {name} ({what})" for name, what in CONTRACT.items() if not hasattr(module, name)]
+    if problems:
+        return problems
+    if not isinstance(module.CLAIM, ClaimInfo) or module.CLAIM.kind not in ("pass/fail", "report"):
+        problems.append(f"CLAIM is not a ClaimInfo of kind 'pass/fail' or 'report': {module.CLAIM!r}")
+    if not (isinstance(module.Config, type) and issubclass(module.Config, ExperimentConfig)):
+        problems.append("Config is not an ExperimentConfig subclass")
+    elif not isinstance(module.QUICK, dict) or set(module.QUICK) - set(module.Config.model_fields):
+        problems.append(f"QUICK is not a dict of Config fields: {module.QUICK!r}")
+    for name in ("run", "judge", "figures", *OPTIONAL):
+        if hasattr(module, name) and not callable(getattr(module, name)):
+            problems.append(f"{name} is not callable")
+    return problems
+
+
+def available(module: ModuleType) -> tuple[bool, str]:
+    """``module.available()`` where the claim defines it (:data:`OPTIONAL`), else available."""
+    return module.available() if hasattr(module, "available") else (True, "")
 
 
 NOTHING_JUDGED = "no case was judged, so the check cannot pass"

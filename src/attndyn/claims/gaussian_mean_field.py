@@ -13,7 +13,7 @@ from scipy.stats import t as student
 
 import attndyn as ad
 from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every_within, report
-from attndyn.theory import third_wave as tw
+from attndyn.theory import gaussian_mean_field as gaussian
 from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
@@ -102,7 +102,7 @@ def moments(xs: np.ndarray) -> np.ndarray:
 
 
 def theory_moments(Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: float, ts: np.ndarray) -> np.ndarray:
-    m, S = tw.gaussian_moments(M0, S0, Q, K, V, beta, ts)
+    m, S = gaussian.gaussian_moments(M0, S0, Q, K, V, beta, ts)
     return np.concatenate([m, S[:, 0, :1], S[:, 0, 1:], S[:, 1, 1:]], -1)
 
 
@@ -113,7 +113,7 @@ def _simulate(model: ad.Model, x0: np.ndarray, ts: np.ndarray, dt: float, solver
 
 
 def run(config: Config) -> Result:
-    t_star = tw.gaussian_blowup_time(S0, config.beta)
+    t_star = gaussian.gaussian_blowup_time(S0, config.beta)
     T = config.fraction * t_star
     ts = np.linspace(0.0, T, config.saves)
     x0 = starts(config.n, config.seeds, config.seed)

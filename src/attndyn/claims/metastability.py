@@ -10,7 +10,7 @@ from pydantic import Field
 from scipy.interpolate import CubicSpline
 
 import attndyn as ad
-from attndyn.analysis import metastability as ms
+from attndyn.analysis import metastability as meta
 from attndyn.claims.common import Check, ClaimInfo, ExperimentConfig, Result, at_most, every_within, report, unit_rows
 from attndyn.core.longtime import simulate_long
 from attndyn.theory import closed_forms as theory
@@ -110,7 +110,7 @@ def run(config: Config) -> Result:
         ts = np.concatenate([[0.0], np.exp(np.linspace(-3.0, min(2 * beta + 10, 690.0), config.saves))])
         traj = simulate_long(model, x0, ts, every_step=True)
         tight = simulate_long(model, x0, ts, **TIGHT)
-        arrays[f"ts{k}"], arrays[f"energy{k}"] = ts, ms.normalized_energy(traj.xs, beta)
+        arrays[f"ts{k}"], arrays[f"energy{k}"] = ts, meta.normalized_energy(traj.xs, beta)
         arrays[f"xs{k}"] = traj.xs
         arrays[f"merge_t{k}"] = np.array([m[0] for m in traj.merges])
         arrays[f"merge_tokens{k}"] = np.array([m[1:] for m in traj.merges], dtype=np.int64).reshape(-1, 2)
@@ -126,7 +126,7 @@ def run(config: Config) -> Result:
         taus = np.concatenate([[0.0], np.exp(np.linspace(-3.0, min(beta * spread + 10, 700.0), config.saves))])
         traj = simulate_long(model, x0, taus, every_step=True, rescaled_time=True)
         tight = simulate_long(model, x0, taus, rescaled_time=True, **TIGHT)
-        arrays[f"usa_ts{k}"], arrays[f"usa_energy{k}"], arrays[f"usa_xs{k}"] = taus, ms.normalized_energy(traj.xs, beta), traj.xs
+        arrays[f"usa_ts{k}"], arrays[f"usa_energy{k}"], arrays[f"usa_xs{k}"] = taus, meta.normalized_energy(traj.xs, beta), traj.xs
         arrays[f"usa_merge_t{k}"] = np.array([m[0] for m in traj.merges])
         arrays[f"usa_merge_tokens{k}"] = np.array([m[1:] for m in traj.merges], dtype=np.int64).reshape(-1, 2)
         arrays[f"usa_merge_t_tight{k}"] = np.array([m[0] for m in tight.merges])
@@ -196,10 +196,10 @@ def plateau_table(arrays: dict, config: Config, prefix: str = "") -> list[dict]:
     rows = []
     for k in _cases(arrays, prefix):
         ts, E, xs = arrays[f"{prefix}ts{k}"], arrays[f"{prefix}energy{k}"], arrays[f"{prefix}xs{k}"]
-        found = ms.plateaus(ts, E, tol=config.level_tol, min_decades=config.min_decades)
+        found = meta.plateaus(ts, E, tol=config.level_tol, min_decades=config.min_decades)
         for p in found:
             mid = int(np.searchsorted(ts, math.exp(0.5 * (math.log(p.start) + math.log(p.end)))))  # (start * end can overflow)
-            m = ms.cluster_masses(xs[min(mid, len(ts) - 1)], 1e-3)
+            m = meta.cluster_masses(xs[min(mid, len(ts) - 1)], 1e-3)
             rows.append(
                 {
                     "beta": float(arrays[f"{prefix}betas"][k]),

@@ -11,6 +11,7 @@ import torch
 
 import attndyn as ad
 from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every_within, report
+from attndyn.core.schemes import SCHEMES as SCHEME_NAMES
 from attndyn.theory import closed_forms as theory
 from attndyn.workflow import plots
 
@@ -38,7 +39,7 @@ CLAIM = ClaimInfo(
     kind="pass/fail",
 )
 
-SCHEMES = ["post", "pre", "mix", "peri", "ngpt", "sqrt"]
+SCHEMES = list(SCHEME_NAMES)  # every scheme of the engine's table (attndyn.core.schemes)
 
 
 ROUNDING = 64 * float(np.finfo(np.float64).eps)  # the exact part's budget: rounding of O(1) rates

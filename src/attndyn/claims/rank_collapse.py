@@ -13,7 +13,7 @@ from scipy.stats import t as student
 import attndyn as ad
 from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, at_most, every, every_within, report
 from attndyn.core.attention import weights_from_scores
-from attndyn.theory import third_wave as tw
+from attndyn.theory import random_attention
 from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
@@ -203,7 +203,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     S = len(arrays["sigmas"])
     for k, sigma in enumerate(arrays["sigmas"]):
         full, half = arrays[f"spec{k}"], arrays[f"spec_half{k}"]
-        target = np.array(tw.quarter_circle_moments(float(sigma)))
+        target = np.array(random_attention.quarter_circle_moments(float(sigma)))
         if len(full) < 2 or len(half) < 2:
             z, dof = np.zeros(0), 1
         else:

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from attndyn import __version__
+from attndyn.claims import common
 from attndyn.claims.common import ExperimentConfig, Result
 from attndyn.core.errors import UserError
 from attndyn.workflow import ownership
@@ -91,8 +92,6 @@ def judge_folder(folder: Path) -> dict:
     module = load(claim_id)
     if recorded.get("verdict") == "skipped":
         raise JudgeError(f"{folder}: the claim {claim_id!r} was skipped ({recorded.get('reason', '')}); there is nothing to judge")
-    if not hasattr(module, "judge"):
-        raise JudgeError(f"claim {claim_id!r} does not yet separate its checks from its simulation; rerun it with `attndyn reproduce`")
     try:
         config = module.Config.model_validate(config_data)
     except ValueError as err:
@@ -149,33 +148,32 @@ def compute_claim(
     (folder / "figures").mkdir(parents=True, exist_ok=True)
     write_json(folder / "config.json", config.model_dump(mode="json"))
     owner.add("config.json")
-    if hasattr(module, "available"):
-        ok, reason = module.available()
-        if not ok:
-            info = module.CLAIM
-            record = {
-                "id": claim_id,
-                "paper_ref": info.paper_ref,
-                "title": info.title,
-                "statement": info.statement,
-                "hypotheses": info.hypotheses,
-                "kind": info.kind,
-                "verdict": "skipped",
-                "reason": reason,
-                "checks": [],
-                "params": config.model_dump(mode="json"),
-                "info": {},
-                "seconds": 0.0,
-                "quick": quick,
-                "seed": seed,
-                "version": __version__,
-                "figures": [],
-                "movies": [],
-            }
-            write_json(folder / "result.json", record)
-            write_json(folder / "summary.json", {"id": claim_id, "verdict": "skipped", "seconds": 0.0, "version": __version__})
-            owner.add("result.json", "summary.json")
-            return record
+    ok, reason = common.available(module)
+    if not ok:
+        info = module.CLAIM
+        record = {
+            "id": claim_id,
+            "paper_ref": info.paper_ref,
+            "title": info.title,
+            "statement": info.statement,
+            "hypotheses": info.hypotheses,
+            "kind": info.kind,
+            "verdict": "skipped",
+            "reason": reason,
+            "checks": [],
+            "params": config.model_dump(mode="json"),
+            "info": {},
+            "seconds": 0.0,
+            "quick": quick,
+            "seed": seed,
+            "version": __version__,
+            "figures": [],
+            "movies": [],
+        }
+        write_json(folder / "result.json", record)
+        write_json(folder / "summary.json", {"id": claim_id, "verdict": "skipped", "seconds": 0.0, "version": __version__})
+        owner.add("result.json", "summary.json")
+        return record
     start = time.perf_counter()
     result = module.run(config)
     seconds = time.perf_counter() - start

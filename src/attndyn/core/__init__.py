@@ -3,7 +3,9 @@
 Layer contract
 --------------
 Everything that moves tokens: :class:`~attndyn.Weights`, :class:`~attndyn.Model` and its vector
-field, the Runge-Kutta tableaux and step controls, :func:`~attndyn.simulate`,
+field, the normalization schemes' table (``schemes``), the Runge-Kutta tableaux and the step
+controller (``solvers``), the engine plan (``plan``: which path runs a call, and why not a faster
+one) and the C kernels it may choose (``compiled``), :func:`~attndyn.simulate`,
 :func:`~attndyn.residual_layers`, the noisy model (``noise``) and the long-horizon integrator
 (``longtime``). Its public names are re-exported at the top (``attndyn.simulate``,
 ``attndyn.Model``, ...). Typed objects in, tensors out; no I/O, no plotting, no config files.

@@ -2,34 +2,29 @@
 
 Contract
 --------
-For a small state, one RK4 step of the eager engine is a few dozen torch calls of a few microseconds
-each, which is most of its cost (about 55 us at n = 20, d = 2); for a batch of small systems, torch's
-exp (0.77 G/s here) and its tiny batched matrix products are. This module holds the same field
+For a small state, one RK4 step of the eager engine is a few dozen torch calls, whose fixed per-call
+cost is most of its cost; for a batch of small systems, torch's exp and its tiny batched matrix
+products are (``benchmarks/solvers.py`` measures both). This module holds the same field
 written in C (:data:`SOURCE`, our own), compiled once per machine with the system's C compiler
 (``-O3 -march=native``, else ``-O2``) into a cache folder (``$ATTNDYN_CACHE``, else
 ``$XDG_CACHE_HOME/attndyn``, else ``~/.cache/attndyn``; the key includes the CPU's model and flags)
-and loaded with :mod:`ctypes`. The cold start is one compiler call (0.1-0.3 s here); later runs load
-the cached library. Its exponential is a polynomial the compiler vectorises (within 4e-16 of libm,
-about 3x torch's rate here), and it computes eight rows of attention at once, one per vector lane.
+and loaded with :mod:`ctypes`. The cold start is one compiler call; later runs load the cached
+library. Its exponential is a polynomial the compiler vectorises (within 4e-16 of libm, and faster
+than torch's exp), and it computes eight rows of attention at once, one per vector lane.
 
-Two uses:
+Kernels only: which call uses them is decided in :mod:`attndyn.core.plan` (the C field's conditions,
+the compiled loop's, and why each was not taken). Three uses:
 
-* :func:`field`: one evaluation, for any solver. ``prepare`` resolves it (:func:`native`) when
-  :func:`native_reason` is ``None``: float64 on the CPU, one head, softmax or USA attention with a full
-  mask, finite beta, no feed-forward layer, no sink bias, weights without gradients (any
-  ``attention``: the C field keeps O(n) memory, as the fused kernel does), d <=
-  :data:`NATIVE_MAX_D` while torch runs one thread (on two: d <= :data:`NATIVE_TWO_THREAD_D`, or a
-  batch of 4 or more systems; with more, torch keeps the field); the Euclidean model with any Q, K, V, the rescaled model with
-  V = lambda I (and with any V, its logits <e^{tV} z_i, Q^T K e^{tV} z_j> through the d x d matrix
-  e^{tV^T} Q^T K e^{tV}), the sphere under Post-LN (and the schemes whose field is a multiple of it).
-* :func:`run`: a whole fixed-step RK4 run in one C loop (no Python per step), which ``simulate``
-  takes for runs of at least :data:`MIN_STEPS` steps that :func:`eligible` accepts (the field's
-  conditions, RK4, a fixed step, Post-LN on the sphere, V = lambda I in the rescaled model).
+* :func:`field`: one evaluation, for any solver, of a :class:`Native` spec (:func:`native_spec`): the
+  plain field with any Q, K, V, the rescaled model with V = lambda I (and with any V, its logits
+  <e^{tV} z_i, Q^T K e^{tV} z_j> through the d x d matrix e^{tV^T} Q^T K e^{tV}), the sphere under
+  Post-LN; softmax or USA weights, one head, a full mask, d <= :data:`MAX_D`.
+* :func:`stepper`: the stages and error norm of one adaptive step in C (the controller stays in Python).
+* :func:`run`: a whole fixed-step classical RK4 run in one C loop (no Python per step).
 
-``ATTNDYN_COMPILED=0`` switches both off; without a C compiler the eager engine runs
-(:func:`library` returns ``None`` and says why in :data:`STATUS`). The results agree with the
-eager engine to rounding (tested): the arithmetic is the same up to the order of summation and the
-last bit of the exponential.
+Without a C compiler :func:`library` returns ``None`` and says why in :data:`STATUS`. The results agree
+with the eager engine to rounding (tested): the arithmetic is the same up to the order of summation and
+the last bit of the exponential.
 """
 
 from __future__ import annotations
@@ -45,17 +40,12 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau
+from attndyn.core.solvers import Tableau
 
-if TYPE_CHECKING:
-    from attndyn.core.dynamics import Model
-
-MIN_STEPS = 100  # below this the eager engine's fixed set-up is the smaller cost
 STATUS: dict = {"library": None, "reason": "not tried"}
 
 SOURCE = r"""
@@ -439,21 +429,18 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
-# The native field (one evaluation in C, one thread, for any solver) is used for d <= NATIVE_MAX_D when
-# torch runs one thread; when it runs two, for d <= NATIVE_TWO_THREAD_D, or d <= NATIVE_MAX_D for a batch
-# of 4 or more systems. Measured (one evaluation, medians): C over torch's best kernel on one core is
-# 2.4-4.9x at d <= 3 for every (B, n) from (1, 20) to (1, 4096), 1.5x at d = 8 and 1.05x at d = 16;
-# against torch on two threads C stays 1.6-2.8x faster at d <= 3, and at d = 8 it is 0.76x for one
-# system of 1024 tokens but 1.17x for 200 RK4 steps of a (64, 128, 8) batch (benchmarks/threads.py).
-# With more threads torch keeps the field.
-NATIVE_MAX_D = 8
-NATIVE_TWO_THREAD_D = 4
+# The largest d the C kernels take (MAXD in SOURCE); which calls use them is decided in attndyn.core.plan.
+MAX_D = 16
+# the C field's modes (bits 0-1; + USA_BIT for the unnormalized weights of USA), see field_body in SOURCE
+MODES = {"plain": 0, "rescaled, V = lambda I": 1, "sphere, Post-LN": 2, "rescaled, any V": 3}
+USA_BIT = 4
 
 
 @dataclass(frozen=True, eq=False)
 class Native:
-    """What :func:`field` needs, resolved once by ``prepare``: the library, ``M = Q^T K`` and V as
-    contiguous float64 arrays (kept alive here), the mode of the C field, lambda (V = lambda I) and beta."""
+    """What :func:`field` needs: the library, ``M = Q^T K`` and V as contiguous float64 arrays (kept
+    alive here), the mode of the C field, lambda (V = lambda I) and beta. Built by
+    :func:`attndyn.core.plan.native_field` once the plan has chosen the C field."""
 
     lib: ctypes.CDLL
     M: np.ndarray
@@ -462,50 +449,22 @@ class Native:
     lam: float
     beta: float
 
-
-def native_reason(model: Model, like: torch.Tensor) -> str | None:
-    """Why the field of ``model`` at states like ``like`` is not evaluated in C (``None`` when it is)."""
-    w = model.weights
-    d = like.shape[-1]
-    batch = math.prod(like.shape[:-2])
-    threads = torch.get_num_threads()
-    checks = [
-        (os.environ.get("ATTNDYN_COMPILED", "1") != "0", "ATTNDYN_COMPILED=0"),
-        (like.dtype == torch.float64 and like.device.type == "cpu", "not float64 on the CPU"),
-        (w.heads == 1 and w.ff is None, "several heads or a feed-forward layer"),
-        (
-            model.mask == "full" and model.normalization in ("softmax", "unnormalized") and model.sink_bias == 0.0,
-            "a mask, a sink or another normalization",
-        ),
-        (math.isfinite(model.beta), "hardmax"),
-        (d <= NATIVE_MAX_D, f"d > {NATIVE_MAX_D}"),
-        (threads == 1 or (threads == 2 and (d <= NATIVE_TWO_THREAD_D or batch >= 4)), f"torch runs {threads} threads, which beat one C thread here"),
-        (not (w.Q.requires_grad or w.K.requires_grad or w.V.requires_grad), "weights that require gradients"),
-        (not (model.rescaled and model.geometry == "sphere"), "the rescaled model on the sphere"),
-    ]
-    for ok, why in checks:
-        if not ok:
-            return why
-    if library() is None:
-        return STATUS["reason"]
-    return None
+    @property
+    def form(self) -> str:
+        """The field's form: a key of :data:`MODES`."""
+        return next(k for k, v in MODES.items() if v == self.mode & 3)
 
 
-def _scalar_V(model: Model) -> bool:
-    V = model.weights.V[0]
-    return bool(torch.equal(V, V[0, 0] * torch.eye(model.weights.d, dtype=V.dtype)))
-
-
-def native(model: Model, like: torch.Tensor) -> Native | None:
-    """The resolved native field of ``model`` for states like ``like``, or ``None`` (see :func:`native_reason`)."""
-    if native_reason(model, like) is not None:
+def native_spec(M: np.ndarray, V: np.ndarray, form: str, beta: float, *, usa: bool = False) -> Native | None:
+    """The C field for ``M = Q^T K`` and ``V`` (d x d) in ``form`` (a key of :data:`MODES`), or ``None``
+    where the library is unavailable (the reason in :data:`STATUS`)."""
+    lib = library()
+    if lib is None:
         return None
-    w = model.weights
-    M = np.ascontiguousarray((w.Q[0].transpose(0, 1) @ w.K[0]).detach().double().numpy())
-    V = np.ascontiguousarray(w.V[0].detach().double().numpy())
-    mode = (1 if _scalar_V(model) else 3) if model.rescaled else 2 if model.geometry == "sphere" else 0
-    mode += 4 if model.normalization == "unnormalized" else 0
-    return Native(STATUS["library"], M, V, mode, float(V[0, 0]) if mode & 3 == 1 else 0.0, float(model.beta))
+    M = np.ascontiguousarray(M, dtype=np.float64)
+    V = np.ascontiguousarray(V, dtype=np.float64)
+    mode = MODES[form] + (USA_BIT if usa else 0)
+    return Native(lib, M, V, mode, float(V[0, 0]) if form == "rescaled, V = lambda I" else 0.0, float(beta))
 
 
 def field(spec: Native, x: torch.Tensor, scale: float, M: np.ndarray | None = None) -> torch.Tensor:
@@ -521,7 +480,7 @@ def field(spec: Native, x: torch.Tensor, scale: float, M: np.ndarray | None = No
     M = spec.M if M is None else np.ascontiguousarray(M, dtype=np.float64)
     rc = spec.lib.field_batch(B, n, d, M.ctypes.data, spec.V.ctypes.data, scale, spec.lam, spec.mode, x.data_ptr(), out.data_ptr())
     if rc == 2:
-        raise ValueError(f"the native attention field takes d <= {NATIVE_MAX_D}; got d = {d}.")
+        raise ValueError(f"the native attention field takes d <= {MAX_D}; got d = {d}.")
     if rc != 0:
         raise MemoryError("the native attention field could not allocate its work buffer.")
     return out
@@ -543,7 +502,7 @@ def stepper(spec: Native, tableau: Tableau, rtol: float, atol: float) -> Stepper
     fn = spec.lib.rk_step
 
     def step(t: float, x: torch.Tensor, h: float, k1: torch.Tensor) -> tuple[torch.Tensor, float, torch.Tensor]:
-        if spec.mode & 3 == 1:
+        if spec.form == "rescaled, V = lambda I":
             try:
                 math.exp(2.0 * spec.lam * (t + h))
             except OverflowError:
@@ -559,15 +518,15 @@ def stepper(spec: Native, tableau: Tableau, rtol: float, atol: float) -> Stepper
         if en == -1.0:
             raise MemoryError("the compiled RK step could not allocate its work buffers.")
         if en < 0:
-            raise ValueError(f"the compiled RK step takes d <= {NATIVE_MAX_D} and at most 64 stages; got d = {d}, {S} stages.")
+            raise ValueError(f"the compiled RK step takes d <= {MAX_D} and at most 64 stages; got d = {d}, {S} stages.")
         return x_new, en, k_last
 
     return step
 
 
 def _address(a: np.ndarray) -> int:
-    """The data address of a C-contiguous float64 array: the buffer protocol (0.3 us) where the array is
-    writable, else ``.ctypes`` (0.9 us)."""
+    """The data address of a C-contiguous float64 array: the buffer protocol where the array is
+    writable (the cheaper call), else ``.ctypes``."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError):
@@ -602,27 +561,13 @@ def points_kernel(M: np.ndarray | None, d: int, beta: float, usa: tuple[float, i
     return kernel
 
 
-def eligible(model: Model, x: torch.Tensor, solver: Tableau, step: FixedStep | AdaptiveStep, observe: Callable | None) -> str | None:
-    """Why :func:`run` cannot integrate this call (``None`` when it can); see the module docstring."""
-    checks = [
-        (getattr(solver, "name", "") == "rk4", "not RK4"),
-        (isinstance(step, FixedStep), "not a fixed step"),
-        (model.geometry == "euclidean" or model.scheme == "post", "a normalization scheme other than Post-LN"),
-        (not model.rescaled or _scalar_V(model), "a rescaled model with V not a multiple of I"),
-    ]
-    for ok, why in checks:
-        if not ok:
-            return why
-    return native_reason(model, x)
-
-
-# one call into the C loop integrates about this many attention entries (about 0.2 s here), so that
-# progress is reported and Ctrl-C is seen (between calls) at least that often
+# one call into the C loop integrates about this many attention entries (a fraction of a second), so
+# that progress is reported and Ctrl-C is seen (between calls) at least that often
 CHUNK_ENTRIES = 2.5e8
 
 
 def run(
-    model: Model,
+    spec: Native,
     x: torch.Tensor,
     times: list[float],
     counts: list[int],
@@ -632,14 +577,9 @@ def run(
 ) -> tuple[torch.Tensor, dict, torch.Tensor | None] | None:
     """Integrate ``counts[k]`` RK4 steps of ``dt`` between consecutive ``times`` and return the saved states
     ``(len(times), *x.shape)``, the stats and the stacked ``observe(t, x)`` of every save (as the eager solver
-    records them), or ``None`` when the kernel is unavailable."""
-    lib = library()
-    if lib is None:
-        return None
-    spec = native(model, x)
-    if spec is None:
-        return None
-    M, V, mode, lam = spec.M, spec.V, spec.mode, spec.lam
+    records them); ``spec``'s mode is the plain field, the sphere's (Post-LN) or the rescaled one with
+    V = lambda I."""
+    lib, M, V, mode, lam = spec.lib, spec.M, spec.V, spec.mode, spec.lam
     n, d = x.shape[-2:]
     B = math.prod(x.shape[:-2])
     state = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64).reshape(B, n, d).copy()
@@ -651,7 +591,7 @@ def run(
         left = count
         while left:
             k = min(left, chunk)
-            rc = lib.rk4_steps(B, n, d, M.ctypes.data, V.ctypes.data, float(model.beta), lam, mode,
+            rc = lib.rk4_steps(B, n, d, M.ctypes.data, V.ctypes.data, spec.beta, lam, mode,
                                float(times[0]), float(dt), int(k), int(done), state.ctypes.data)  # fmt: skip
             if rc != 0:
                 raise MemoryError("the compiled RK4 kernel could not allocate its work buffers.")

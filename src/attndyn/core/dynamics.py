@@ -48,9 +48,10 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
-from attndyn.core import compiled
+from attndyn.core import compiled, plan
 from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores, with_sink_bias
 from attndyn.core.attention import scores as _scores
+from attndyn.core.schemes import SCHEME_TABLE, SCHEMES
 from attndyn.core.weights import Weights, as_float_tensor
 
 # Model options: defined once, reused by the config schema (attndyn.workflow.schema).
@@ -58,12 +59,11 @@ Mask = Literal["full", "causal", "window"]
 Geometry = Literal["euclidean", "sphere"]
 Kernel = Literal["auto", "dense", "fused"]
 Normalization = Literal["softmax", "unnormalized", "linear"]
-Scheme = Literal["post", "pre", "mix", "peri", "ngpt", "sqrt"]
+Scheme = Literal[SCHEMES]  # the scheme table of attndyn.core.schemes: one entry a scheme
 MASKS: tuple[str, ...] = get_args(Mask)
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 ATTENTIONS: tuple[str, ...] = get_args(Kernel)
 NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
-SCHEMES: tuple[str, ...] = get_args(Scheme)
 
 
 def _choice(value, allowed, name):
@@ -204,8 +204,8 @@ class Prepared:
 
 
 # attention="auto" takes the fused kernel from this many attention entries per evaluation (batch x n^2),
-# or from this n: measured on one core (benchmarks/kernels.py), fused is 3-4x faster from 2^20 entries
-# (one system of 1024 tokens, 64 systems of 128) and slower than dense below about 2^18
+# or from this n: fused (SDPA, O(n) memory) wins from about 2^20 entries (one system of 1024 tokens,
+# 64 systems of 128) and loses to dense below about 2^18 (benchmarks/kernels.py)
 AUTO_FUSED_ENTRIES = 2**20
 AUTO_FUSED_N = 512
 
@@ -274,7 +274,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
         V_identity=is_scalar and lam == 1.0,
         zero=torch.zeros((), dtype=dtype, device=device),
-        native=None if check else compiled.native(model, like),
+        native=None if check else plan.native_field(model, like),
     )
 
 
@@ -286,7 +286,7 @@ def _eigen_factors(V: torch.Tensor) -> tuple | None:
     """``(S, w, S^-1)`` of a diagonalisable V with well-conditioned eigenvectors, or None.
 
     ``e^{tV} = S e^{t w} S^-1`` then costs d exponentials and one d x d product per evaluation instead
-    of a ``torch.linalg.matrix_exp`` (67 us at d = 2, 2.6 times the rest of a small system's field).
+    of a ``torch.linalg.matrix_exp`` (which costs more than the rest of a small system's field).
     A defective or nearly defective V (Jordan blocks, condition number above ``EIG_COND_MAX``) keeps
     matrix_exp.
     """
@@ -350,7 +350,7 @@ def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
     row maximum subtracted.
 
     Many short rows (a batch of small systems, rows of at most 32) go through four plain passes,
-    which this CPU runs about 1.4x faster than ``torch.softmax``'s kernel at (32, 32, 32); every
+    which run faster than ``torch.softmax``'s kernel on such shapes (benchmarks/kernels.py); every
     other shape uses ``torch.softmax``. Overflowing logits give NaN either way.
     """
     if L.ndim == 3 and L.shape[0] >= 16 and L.shape[-1] <= 32 and L.device.type == "cpu":
@@ -362,7 +362,7 @@ def _softmax_rows(L: torch.Tensor) -> torch.Tensor:
 def _fast_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: float, subtract_own: bool) -> torch.Tensor:
     """One head, dense softmax, ``m >= d``, states ``(n, d)`` or ``(B, n, d)``: the fewest torch calls.
 
-    Small systems are dominated by per-call overhead (about 3 us a call on a CPU), so the scale is
+    Small systems are dominated by per-call overhead (a few microseconds a call), so the scale is
     folded into a GEMM (``alpha``), ``P v - v`` is one ``addmm``/``baddbmm``, and identity factors
     (``Q^T K = I``, ``V = I``) are skipped. Overflowing logits give NaN here, caught at the
     solvers' save times.
@@ -433,14 +433,14 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
         theta = x / r
         xq, scale = score_inputs(t, theta, args)
         out = _feed_forward(attention_term(xq, theta, args, scale, subtract_own=False), args)
-        return _scheme_velocity(t, out, theta, r, args)
+        return SCHEME_TABLE[args.scheme].velocity(t, out, theta, r, args)
     return _plain_field(t, x, args)
 
 
 def _plain_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The field without a normalization scheme (on the sphere: Post-LN, the tangent projection at x)."""
     if args.native is not None and not x.requires_grad:
-        if args.native.mode & 3 == 3:  # rescaled, V not a multiple of I: <E z_i, M E z_j> = <z_i, E^T M E z_j>, E = e^{tV}
+        if args.native.form == "rescaled, any V":  # rescaled, V not a multiple of I: <E z_i, M E z_j> = <z_i, E^T M E z_j>, E = e^{tV}
             E = _expm_from_eigen(args.eig, t) if args.eig is not None else torch.linalg.matrix_exp(t * args.V[0]).numpy()
             return compiled.field(args.native, x, args.scale, E.T @ args.native.M @ E)
         _, scale = score_inputs(t, x, args)
@@ -469,53 +469,24 @@ def _feed_forward(out: torch.Tensor, args: Prepared) -> torch.Tensor:
     return out
 
 
-# schemes that keep every radius (r' = 0; Mix-LN until its switch) at a speed s that does not depend on
-# the state (nGPT keeps radii too, but its speed alpha / |A_j| differs from token to token)
-RADIUS_KEEPING = ("sqrt", "mix")
-
-
 def unit_sphere_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
     """The field :func:`attndyn.core.simulation.simulate` integrates on the sphere, where tokens start at
-    unit norm.
+    unit norm, for a scheme with a ``unit_speed`` (:mod:`attndyn.core.schemes`).
 
     Under sqrt-scaling and Mix-LN before ``scheme_tau`` every radius is constant and the speed
     s(t) is the same for all tokens, so tokens that start on the unit sphere stay there and
     x' = c(t) P_x A(x) with c = 1 / sqrt(t + 1) and 1: c(t) times the Post-LN field. The two
     fields differ off the sphere only, so their solutions from unit tokens are the same, and this
-    one costs a Post-LN evaluation (the radius/direction split adds three small
-    torch calls, a fifth to a quarter of a step of 20 tokens in 2-D). Other schemes, and Mix-LN from
-    ``scheme_tau`` on, use :func:`vector_field`.
+    one costs a Post-LN evaluation (the radius/direction split adds three small torch calls, a
+    large share of a small system's step). Where the scheme has no such form (Mix-LN from
+    ``scheme_tau`` on), :func:`vector_field`.
     """
-    scheme = args.scheme
-    if scheme == "sqrt":
-        c = 1.0 / math.sqrt(t + 1.0)
-    elif scheme == "mix" and t < args.scheme_tau:
-        c = 1.0
-    else:
+    speed = SCHEME_TABLE[args.scheme].unit_speed
+    c = None if speed is None else speed(t, args)
+    if c is None:
         return vector_field(t, x, args)
     out = _plain_field(t, x, args)
     return out if c == 1.0 else out.mul_(c)
-
-
-def _scheme_velocity(t: float, A: torch.Tensor, theta: torch.Tensor, r: torch.Tensor, args: Prepared) -> torch.Tensor:
-    """x' = r' theta + r theta' with theta' = s^{-1} P_theta A and the r' of each scheme (arXiv 2510.22026).
-
-    Written with the fewest torch calls (small systems are per-call bound): P_theta A is a product,
-    a sum and one ``addcmul``, and the speed factor r / s one or two in-place multiplications.
-    """
-    scheme = args.scheme
-    if scheme == "mix":
-        scheme = "post" if t < args.scheme_tau else "pre"
-    if scheme == "pre":
-        return A  # r' theta + r (1/r) P A = <theta, A> theta + P A
-    if scheme == "peri":
-        return A / torch.linalg.vector_norm(A, dim=-1, keepdim=True)  # (<theta, A> theta + P A) / |A|
-    perp = torch.addcmul(A, (A * theta).sum(-1, keepdim=True), theta, value=-1.0)
-    if scheme == "post":
-        return perp.mul_(r)
-    if scheme == "ngpt":  # s = |A| / alpha
-        return perp.mul_(r * args.scheme_alpha / torch.linalg.vector_norm(A, dim=-1, keepdim=True))
-    return perp.mul_(r).mul_(1.0 / math.sqrt(t + 1.0))  # sqrt-scaling
 
 
 def velocity(t: float, x: np.ndarray | torch.Tensor, model: Model) -> np.ndarray | torch.Tensor:

@@ -34,7 +34,9 @@ import numpy as np
 import torch
 
 from attndyn.core import compiled
-from attndyn.core.dynamics import RADIUS_KEEPING, Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
+from attndyn.core.dynamics import Model, _check_state, attention_term, prepare, unit_sphere_field, vector_field
+from attndyn.core.plan import Plan, decide, span_model
+from attndyn.core.schemes import SCHEME_TABLE
 from attndyn.core.solvers import AdaptiveStep, Dopri5, FixedStep, Tableau, integrate, save_times, step_counts
 from attndyn.core.threads import policy as threads_policy
 from attndyn.core.threads import state_batch, state_work
@@ -138,8 +140,8 @@ def prepare_state(model: Model, x0: np.ndarray | torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x0 has shape {tuple(x.shape)}; n and d must both be positive.")
     _check_state(x, model)
     # Post-LN, sqrt-scaling and Mix-LN (Post-LN first) move unit tokens; Pre-LN, Peri-LN and nGPT
-    # split any x into a radius and a direction (Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026), so their tokens may have any norm
-    if model.geometry == "sphere" and model.scheme in ("post", "sqrt", "mix"):
+    # split any x into a radius and a direction (arXiv 2510.22026), so their tokens may have any norm
+    if model.geometry == "sphere" and SCHEME_TABLE[model.scheme].unit_start:
         err = float((x.norm(dim=-1) - 1).abs().max())
         if err > max(SPHERE_NORM_TOL, 64 * torch.finfo(x.dtype).eps):  # unit tokens to the dtype's rounding
             raise ValueError(f"geometry='sphere' needs unit-norm tokens; x0 (shape {tuple(x.shape)}) has | |x_i| - 1 | up to {err:.3g}.")
@@ -189,110 +191,111 @@ def simulate(
     threads : intra-op threads for this call; None applies the thread policy
         (:mod:`attndyn.core.threads`: one thread for small states, ``ATTNDYN_THREADS`` overrides).
 
-    Fixed-step RK4 runs of at least 100 steps of a small plain-attention state in float64 on the CPU go
-    through the compiled loop of :mod:`attndyn.core.compiled` (the same steps, about 3x faster;
+    Which engine runs is decided once by :func:`attndyn.core.plan.decide` and executed here
+    (:data:`EXECUTORS`); :func:`plan` shows it with the reason each faster path was not taken.
+    Fixed-step classical RK4 runs of at least 100 steps of a small plain-attention state in float64
+    on the CPU go through the compiled loop of :mod:`attndyn.core.compiled` (the same steps;
     ``ATTNDYN_COMPILED=0`` switches it off, and without a C compiler the eager engine runs). Other
     fixed-step batches on the CPU with more than about 1 MiB of state and logits run in cache-sized
-    chunks of systems (:func:`cache_chunk`; the same steps and results, up to 1.6x faster).
+    chunks of systems (:func:`attndyn.core.plan.cache_chunk`; the same steps and results).
     """
+    solver, step = _solver_and_step(model, solver, step)
+    x = prepare_state(model, x0)
+    with threads_policy(state_work(x.shape, model.weights.heads), threads, batch=state_batch(x.shape)):
+        times = save_times(ts)
+        plan = decide(model, x, times, solver=solver, step=step, observe=observe, progress=progress, max_steps=max_steps, span=span)
+        return EXECUTORS[plan.path](plan, model, x, times, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
+
+
+def _solver_and_step(model: Model, solver: Tableau | None, step: FixedStep | AdaptiveStep | None) -> tuple[Tableau, FixedStep | AdaptiveStep]:
+    """The checked solver and step of :func:`simulate` (its default when both are ``None``)."""
     if not isinstance(model, Model):
         raise TypeError(f"model must be an attndyn.Model, not {type(model).__name__}.")
     if solver is None and step is None:
-        solver, step = Dopri5(), AdaptiveStep(rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL)
-    elif solver is None or step is None:
+        return Dopri5(), AdaptiveStep(rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL)
+    if solver is None or step is None:
         raise ValueError("give both solver and step, or neither (the default is Dopri5 with adaptive steps, rtol 1e-8, atol 1e-10).")
     if not isinstance(solver, Tableau):
         raise TypeError(f"solver must be a Tableau such as RK4(), not {type(solver).__name__}.")
+    return solver, step
+
+
+def plan(
+    model: Model,
+    x0: np.ndarray | torch.Tensor,
+    ts: np.ndarray | torch.Tensor | list[float] | None = None,
+    *,
+    solver: Tableau | None = None,
+    step: FixedStep | AdaptiveStep | None = None,
+    observe: Callable | None = None,
+    progress: Callable | None = None,
+    max_steps: int = 100_000,
+    span: bool = False,
+    threads: int | None = None,
+) -> Plan:
+    """The engine plan of ``simulate(model, x0, ts, ...)`` with the same arguments: which path runs and
+    why each faster one was not taken (:mod:`attndyn.core.plan`); ``print(ad.plan(...))`` shows it.
+    Without ``ts`` the compiled loop's step count (at least ``plan.MIN_STEPS``) is not checked."""
+    solver, step = _solver_and_step(model, solver, step)
     x = prepare_state(model, x0)
     with threads_policy(state_work(x.shape, model.weights.heads), threads, batch=state_batch(x.shape)):
-        if span:
-            reason = span_obstruction(model)
-            if reason is not None:
-                raise ValueError(f"span=True needs dynamics that commute with rotations; this model has {reason}.")
-            n, d = x.shape[-2:]
-            if d > n:
-                return _simulate_in_span(model, x, ts, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
-        fast = _compiled(model, x, ts, solver, step, observe, max_steps, progress)
-        if fast is not None:
-            return fast
-        chunk = cache_chunk(x, step, observe, progress)
-        if chunk is not None:
-            return _simulate_chunked(model, x, ts, chunk, solver=solver, step=step, max_steps=max_steps)
-        args = prepare(model, x)
-        # tokens start on the unit sphere (checked): a radius-keeping scheme's field there is a multiple of Post-LN's
-        field = unit_sphere_field if args.sphere and args.scheme in RADIUS_KEEPING else vector_field
-        fused_step = None
-        native = args.native
-        if (
-            native is not None
-            and native.mode & 3 != 3
-            and isinstance(step, AdaptiveStep)
-            and solver.b_err is not None
-            and (not args.sphere or args.scheme == "post")
-        ):
-            fused_step = compiled.stepper(native, solver, step.rtol, step.atol)
-        try:
-            sol = integrate(
-                field,
-                x,
-                ts,
-                args,
-                solver=solver,
-                controller=step,
-                batch_dims=x.ndim - 2,
-                observe=observe,
-                max_steps=max_steps,
-                progress=progress,
-                stepper=fused_step,
-            )
-        except FloatingPointError as err:
-            if model.rescaled and "non-finite" in str(err):
-                raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
-            if model.normalization == "unnormalized":
-                raise FloatingPointError(
-                    f"{err} The unnormalized weights e^(beta <Q x_i, K x_j>) overflow at beta = {model.beta:g}: lower beta or the tokens' scale."
-                ) from None
-            raise
-        return Trajectory(
-            ts=torch.tensor(sol.ts, dtype=torch.float64),
-            xs=sol.xs,
-            stats=sol.stats,
-            observed=sol.observed,
-            variable="z" if model.rescaled else "x",
+        times = None if ts is None else save_times(ts)
+        return decide(model, x, times, solver=solver, step=step, observe=observe, progress=progress, max_steps=max_steps, span=span)
+
+
+def _run_eager(plan: Plan, model: Model, x: torch.Tensor, times: list[float], *, solver, step, observe, max_steps, progress) -> Trajectory:
+    """The eager loop: ``integrate`` of the planned field, with the C step where the plan says so."""
+    args = prepare(model, x)
+    field = unit_sphere_field if plan.form == "unit_sphere_field" else vector_field
+    fused_step = compiled.stepper(args.native, solver, step.rtol, step.atol) if plan.stepper == "C step" else None
+    try:
+        sol = integrate(
+            field,
+            x,
+            times,
+            args,
+            solver=solver,
+            controller=step,
+            batch_dims=x.ndim - 2,
+            observe=observe,
+            max_steps=max_steps,
+            progress=progress,
+            stepper=fused_step,
         )
+    except FloatingPointError as err:
+        if model.rescaled and "non-finite" in str(err):
+            raise FloatingPointError(f"{err} The logits beta*<Q e^(tV) z_i, K e^(tV) z_j> or e^(tV) overflowed.") from None
+        if model.normalization == "unnormalized":
+            raise FloatingPointError(
+                f"{err} The unnormalized weights e^(beta <Q x_i, K x_j>) overflow at beta = {model.beta:g}: lower beta or the tokens' scale."
+            ) from None
+        raise
+    return Trajectory(
+        ts=torch.tensor(sol.ts, dtype=torch.float64),
+        xs=sol.xs,
+        stats=sol.stats,
+        observed=sol.observed,
+        variable="z" if model.rescaled else "x",
+    )
 
 
-# a fixed-step batch is integrated in chunks of systems whose state and logits take about this much
-# (n (n + d) entries a system). On this project's 2-core CPU, RK4 of (256, 32, d) sphere batches in
-# chunks against one piece: d = 128 (chunks of 25) 1.6x faster on one thread and on two, d = 64
-# 1.13-1.23x, d = 32 1.04-1.12x; chunks of a quarter of this size lost up to 1.3x at d = 32
-CHUNK_BYTES = 1024 * 1024
+def _run_loop(plan: Plan, model: Model, x: torch.Tensor, times: list[float], *, solver, step, observe, max_steps, progress) -> Trajectory:
+    """The compiled loop: the whole classical RK4 run in C (:func:`attndyn.core.compiled.run`)."""
+    counts = step_counts(times, step.dt)
+    xs, stats, observed = compiled.run(plan.native, x, times, counts, step.dt, progress, observe)
+    return Trajectory(ts=torch.tensor(times, dtype=torch.float64), xs=xs, stats=stats, observed=observed, variable="z" if model.rescaled else "x")
 
 
-def cache_chunk(x: torch.Tensor, step: object, observe: object, progress: object) -> int | None:
-    """Systems per chunk for a batched fixed-step run on the CPU whose working set exceeds the cache
-    (``CHUNK_BYTES`` a chunk), or None to integrate the batch in one piece.
-
-    Systems of a batch are independent and fixed steps are the same for all, so chunks take exactly
-    the steps of the whole; adaptive steps are shared by the batch (chunks would step differently),
-    and ``observe`` and ``progress`` see the whole state, so those runs stay in one piece.
-    """
-    if not isinstance(step, FixedStep) or observe is not None or progress is not None or x.ndim < 3 or x.device.type != "cpu":
-        return None
-    n, d = x.shape[-2:]
-    per_system = n * (n + d) * x.element_size()
-    chunk = max(1, CHUNK_BYTES // per_system)
-    return chunk if math.prod(x.shape[:-2]) > chunk else None
-
-
-def _simulate_chunked(model: Model, x: torch.Tensor, ts, chunk: int, *, solver: Tableau, step: FixedStep, max_steps: int) -> Trajectory:
-    """:func:`simulate` of a batch as consecutive chunks of ``chunk`` systems (the batch axes
-    flattened, then restored), each on the threads the whole batch was given."""
+def _run_chunked(plan: Plan, model: Model, x: torch.Tensor, times: list[float], *, solver, step, observe, max_steps, progress) -> Trajectory:
+    """The batch as consecutive chunks of ``plan.chunk`` systems (the batch axes flattened, then
+    restored), each on the threads the whole batch was given."""
     batch, (n, d) = x.shape[:-2], x.shape[-2:]
     flat = x.reshape(-1, n, d)
     threads = torch.get_num_threads()
+    chunk = plan.chunk
     parts = [
-        simulate(model, flat[i : i + chunk], ts, solver=solver, step=step, max_steps=max_steps, threads=threads) for i in range(0, len(flat), chunk)
+        simulate(model, flat[i : i + chunk], times, solver=solver, step=step, max_steps=max_steps, threads=threads)
+        for i in range(0, len(flat), chunk)
     ]
     xs = torch.cat([p.xs for p in parts], dim=1)
     first = parts[0]
@@ -300,49 +303,14 @@ def _simulate_chunked(model: Model, x: torch.Tensor, ts, chunk: int, *, solver: 
     return dataclasses.replace(first, xs=xs.reshape(len(first.ts), *batch, n, d))
 
 
-def _compiled(model: Model, x: torch.Tensor, ts, solver, step, observe, max_steps: int, progress) -> Trajectory | None:
-    """The run through :mod:`attndyn.core.compiled` when it covers the call and pays (else ``None``: the eager engine)."""
-    if compiled.eligible(model, x, solver, step, observe) is not None:
-        return None
-    times = save_times(ts)
-    try:
-        counts = step_counts(times, step.dt)
-    except ValueError:
-        return None  # off the grid: the eager path raises its error
-    if not compiled.MIN_STEPS <= sum(counts) <= max_steps:  # eligible() has checked ATTNDYN_COMPILED
-        return None
-    if model.geometry == "sphere":
-        norms = torch.linalg.vector_norm(x, dim=-1)
-        if not bool((norms - 1).abs().max() <= 1e-8):
-            return None  # the eager path says what is wrong
-    out = compiled.run(model, x, times, counts, step.dt, progress, observe)
-    if out is None:
-        return None
-    xs, stats, observed = out
-    return Trajectory(ts=torch.tensor(times, dtype=torch.float64), xs=xs, stats=stats, observed=observed, variable="z" if model.rescaled else "x")
+def _run_span(plan: Plan, model: Model, x: torch.Tensor, times: list[float], *, solver, step, observe, max_steps, progress) -> Trajectory:
+    """The run in the span of x0 (``span=True`` with d > n; the model already checked)."""
+    traj, Ut = span_coordinates(model, x, times, solver=solver, step=step, observe=observe, max_steps=max_steps, progress=progress)
+    return dataclasses.replace(traj, xs=traj.xs @ Ut)
 
 
-def span_obstruction(model: Model) -> str | None:
-    """Why ``model``'s dynamics may leave the span of x0 (``None`` when they cannot).
-
-    With Q_h^T K_h = alpha_h I and V_h = mu_h I for every head and no feed-forward layer, the
-    velocity of each token is a combination of the tokens (minus a multiple of itself on the
-    sphere, or the radius/direction split of a scheme), and the scores are alpha_h <x_i, x_j>: the
-    dynamics commute with every rotation, so the rows of X(t) stay in the span of those of X(0).
-    Writing X = Y U^T with U an orthonormal basis of that span (d x n), Y follows the same model
-    in n dimensions with Q = alpha I, K = V = mu I, exactly.
-    """
-    w = model.weights
-    if w.ff is not None:
-        return "a feed-forward layer"
-    eye = torch.eye(w.d, dtype=w.Q.dtype)
-    for h in range(w.heads):
-        M = w.Q[h].transpose(0, 1) @ w.K[h]
-        if not torch.allclose(M, M[0, 0] * eye, rtol=0.0, atol=1e-14 * max(1.0, float(M.abs().max()))):
-            return f"Q^T K of head {h} not a multiple of the identity"
-        if not torch.equal(w.V[h], w.V[h][0, 0] * eye):
-            return f"V of head {h} not a multiple of the identity"
-    return None
+# what simulate runs for each path of the plan (attndyn.core.plan.PATHS)
+EXECUTORS = {"span reduction": _run_span, "compiled loop": _run_loop, "chunked batch": _run_chunked, "eager loop": _run_eager}
 
 
 def span_coordinates(
@@ -358,27 +326,14 @@ def span_coordinates(
     ``observe(t, X)`` sees the full-dimensional state. Inner products, hence every
     rotation-invariant measure, are the same for Y as for X.
     """
-    w = model.weights
     n = x.shape[-2]
     # X0^T = U R (thin QR per batch member): U (..., d, n) orthonormal, X0 = R^T U^T, so Y0 = R^T
     U, R = torch.linalg.qr(x.transpose(-1, -2), mode="reduced")
     Ut = U.transpose(-1, -2)
     y0 = R.transpose(-1, -2).contiguous()
-    eye = torch.eye(n, dtype=w.Q.dtype)
-    alphas = [float((w.Q[h].transpose(0, 1) @ w.K[h])[0, 0]) for h in range(w.heads)]
-    mus = [float(w.V[h][0, 0]) for h in range(w.heads)]
-    reduced = dataclasses.replace(
-        model,
-        weights=Weights(torch.stack([a * eye for a in alphas]), torch.stack([eye] * w.heads), torch.stack([m * eye for m in mus])),
-    )
+    reduced = span_model(model, n)
     watch = None if observe is None else (lambda t, y: observe(t, y @ Ut))
     return simulate(reduced, y0, ts, observe=watch, **options), Ut
-
-
-def _simulate_in_span(model: Model, x: torch.Tensor, ts, **options) -> Trajectory:
-    """:func:`simulate` in the span of x0 (``span=True`` with d > n; the model already checked)."""
-    traj, Ut = span_coordinates(model, x, ts, **options)
-    return dataclasses.replace(traj, xs=traj.xs @ Ut)
 
 
 def residual_layers(model: Model, x0: np.ndarray | torch.Tensor, layers: int, *, step_size: float, threads: int | None = None) -> Trajectory:

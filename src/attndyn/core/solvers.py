@@ -17,7 +17,9 @@ Contract
   norm) per step, which step control needs.
 * Adaptive control (Dopri5): error norm ``max over batch of RMS(err / (atol + rtol max(|x|, |x_new|)))``
   (so a batch shares one step and every member meets its tolerance), Hairer's initial step
-  selection, and a PI controller (``pi_beta=0`` gives the classic I controller).
+  selection, and a PI controller (``pi_beta=0`` gives the classic I controller), all in one
+  :class:`StepController` (``init``, ``adapt``; the constants :data:`SAFETY`, :data:`MIN_FACTOR`,
+  :data:`MAX_FACTOR`, :data:`ERROR_FLOOR`), which ``integrate`` and ``longtime.simulate_long`` share.
 """
 
 from __future__ import annotations
@@ -132,8 +134,8 @@ class Tableau:
 
 
 # The tableaux are immutable (frozen) values, validated against their order conditions once, when
-# this module is imported; the functions below return them (building one costs about 0.4 ms of
-# order-condition checks, which a sweep building a config per grid point would pay each time).
+# this module is imported; the functions below return them (building one runs the order-condition
+# checks over every rooted tree, which a sweep building a config per grid point would pay each time).
 
 _EULER = Tableau("euler", 1, (0.0,), ((),), (1.0,))
 _HEUN = Tableau("heun", 2, (0.0, 1.0), ((), (1.0,)), (0.5, 0.5))
@@ -204,20 +206,37 @@ class FixedStep:
         object.__setattr__(self, "dt", dt)
 
 
+# The step controller's constants (the names are scipy's, solve_ivp's RK45 uses the same roles).
+# The next step aims at SAFETY times the step the error estimate predicts would just meet the
+# tolerance: the estimate is asymptotic and the next step's error may be larger, and a margin
+# costs fewer rejected steps than it costs steps.
+SAFETY = 0.9
+# A step shrinks by at most this factor at once: one bad error estimate (a kink in the field, a
+# save time landing) must not collapse the step, and a non-finite trial step shrinks by exactly this.
+MIN_FACTOR = 0.2
+# A step grows by at most this factor at once: far from the current step the error model
+# err ~ h^(order) is no guide, and a large jump would be rejected and redone.
+MAX_FACTOR = 10.0
+# An accepted step's error norm below this counts as this: an estimate of zero (a field that
+# vanishes, a step that rounds to nothing) would otherwise ask for an infinite step.
+ERROR_FLOOR = 1e-10
+
+
 @dataclass(frozen=True)
 class AdaptiveStep:
     """Error-controlled steps: ``rtol``, ``atol`` > 0 (required), optional first step ``dt0``.
 
-    ``safety``, ``min_factor``, ``max_factor`` bound the step change; ``pi_beta`` is the PI
-    controller's memory term (0.04 as in Hairer's DOPRI5; 0 for a pure I controller).
+    ``safety``, ``min_factor``, ``max_factor`` bound the step change (defaults :data:`SAFETY`,
+    :data:`MIN_FACTOR`, :data:`MAX_FACTOR`); ``pi_beta`` is the PI controller's memory term (0.04
+    as in Hairer's DOPRI5; 0 for a pure I controller). :class:`StepController` applies them.
     """
 
     rtol: float
     atol: float
     dt0: float | None = None
-    safety: float = 0.9
-    min_factor: float = 0.2
-    max_factor: float = 10.0
+    safety: float = SAFETY
+    min_factor: float = MIN_FACTOR
+    max_factor: float = MAX_FACTOR
     pi_beta: float = 0.0
 
     def __post_init__(self):
@@ -233,6 +252,53 @@ class AdaptiveStep:
                 f"AdaptiveStep controller settings are inconsistent: safety={self.safety}, "
                 f"min_factor={self.min_factor}, max_factor={self.max_factor}, pi_beta={self.pi_beta}."
             )
+
+
+@dataclass(frozen=True)
+class StepController:
+    """The adaptive step controller (diffrax's ``init`` / ``adapt_step_size`` split), shared by
+    :func:`integrate` (the torch stages and the C stages of ``attndyn.core.compiled.stepper`` alike)
+    and :func:`attndyn.core.longtime.simulate_long`.
+
+    ``order`` is the solver's order (the error estimate is of order ``order - 1``, and the step
+    factor is ``safety * err^(-1/order)``, with the PI term ``err^(0.75 pi_beta) prev^(pi_beta)``
+    on accepted steps). Its state is the previous accepted error norm (1.0 at the start).
+    """
+
+    order: int
+    rtol: float
+    atol: float
+    dt0: float | None = None
+    safety: float = SAFETY
+    min_factor: float = MIN_FACTOR
+    max_factor: float = MAX_FACTOR
+    pi_beta: float = 0.0
+
+    @classmethod
+    def of(cls, step: AdaptiveStep, solver: Tableau) -> StepController:
+        return cls(solver.order, step.rtol, step.atol, step.dt0, step.safety, step.min_factor, step.max_factor, step.pi_beta)
+
+    def init(self, f: Field, t: float, x: torch.Tensor, k1: torch.Tensor, nbatch_dims: int, max_step: float) -> tuple[float, int, float]:
+        """The first step (``dt0``, else Hairer's heuristic, :func:`initial_step`), the field
+        evaluations that cost, and the controller's state."""
+        if self.dt0 is not None:
+            return self.dt0, 0, 1.0
+        dt, nfev = initial_step(f, t, x, k1, self.order - 1, self.rtol, self.atol, nbatch_dims, max_step=max_step)
+        return dt, nfev, 1.0
+
+    def adapt(self, h: float, en: float, state: float, planned: float | None = None) -> tuple[bool, float, float]:
+        """After a trial step of size ``h`` with error norm ``en`` (``inf`` when non-finite):
+        ``(accepted, next step, state)``. ``planned``: the controller's step when ``h`` was shortened
+        to land on a save time; the next step grows from the larger of the two, so that landing does
+        not shrink the steps after it."""
+        exponent = 1.0 / self.order
+        if en <= 1.0:
+            en = max(en, ERROR_FLOOR)
+            factor = self.safety * en ** (-exponent + 0.75 * self.pi_beta) * state**self.pi_beta
+            factor = min(self.max_factor, max(self.min_factor, factor))
+            return True, (h if planned is None else max(planned, h)) * factor, en
+        factor = self.min_factor if math.isinf(en) else max(self.min_factor, self.safety * en ** (-exponent))
+        return False, h * min(1.0, factor), state
 
 
 Field = Callable[[float, torch.Tensor], torch.Tensor]
@@ -424,110 +490,120 @@ def integrate(
     if not isinstance(max_steps, int) or max_steps <= 0:
         raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
     times = save_times(ts)
-    x = x0
-    stats = {"nfev": 0, "steps": 0, "rejected": 0}
+    run = _Run(times, observe, max_steps, progress, x0)
+    if isinstance(controller, FixedStep):
+        _fixed_steps(run, f, x0, args, solver, controller.dt)
+    elif isinstance(controller, AdaptiveStep):
+        if not solver.adaptive:
+            raise ValueError(f"AdaptiveStep needs a solver with an error estimate (Dopri5); {solver.name} has none.")
+        _adaptive_steps(run, f, x0, args, solver, StepController.of(controller, solver), batch_dims, stepper)
+    else:
+        raise TypeError(f"step must be FixedStep or AdaptiveStep, not {type(controller).__name__}.")
+    obs = run.observed
+    return Solution(
+        ts=times,
+        xs=torch.stack(run.saved),
+        stats=run.stats,
+        observed=torch.stack([torch.as_tensor(o) for o in obs]) if obs is not None else None,
+    )
+
+
+class _Run:
+    """What a run of :func:`integrate` records: the saves (checked finite), the observations, the
+    statistics, and the step cap."""
+
+    def __init__(self, times: list[float], observe: Callable | None, max_steps: int, progress: Callable | None, x0: torch.Tensor):
+        self.times, self.observe, self.max_steps, self.progress = times, observe, max_steps, progress
+        self.stats = {"nfev": 0, "steps": 0, "rejected": 0}
+        self.saved = [x0]
+        self.observed = [observe(times[0], x0)] if observe is not None else None
+        self.last_finite = times[0]
+
+    def save(self, t: float, y: torch.Tensor) -> None:
+        if not _is_finite(y):
+            raise FloatingPointError(
+                f"the state became non-finite at t={t:.6g} (checked at save times; the last finite save was t={self.last_finite:.6g})."
+            )
+        self.last_finite = t
+        self.saved.append(y)
+        if self.observe is not None:
+            self.observed.append(self.observe(t, y))
+
+    def count_step(self, t: float) -> None:
+        if self.stats["steps"] + self.stats["rejected"] >= self.max_steps:
+            raise RuntimeError(f"max_steps={self.max_steps} reached at t={t:.6g} before the last save time {self.times[-1]:g}.")
+
+
+def _fixed_steps(run: _Run, f: ArgsField, x: torch.Tensor, args: Any, solver: Tableau, dt: float) -> None:
+    """Fixed steps of ``dt`` through every save time (on the grid, checked); never rejected."""
+    times, stats = run.times, run.stats
+    counts = step_counts(times, dt)
+    t = base = times[0]
+    done = 0
+    step_fixed = _classical_rk4(f, args, dt) if solver == _RK4 else None
 
     def g(t, y):
         return f(t, y, args)
 
-    saved = [x]
-    obs = [observe(times[0], x)] if observe is not None else None
-    last_finite = [times[0]]
+    for target, count in zip(times[1:], counts, strict=True):
+        for _ in range(count):
+            if done >= run.max_steps:
+                run.count_step(t)
+            if step_fixed is not None:
+                x = step_fixed(t, x)
+                nf = 4
+            else:
+                x, _, _, nf = rk_step(g, t, x, dt, solver)
+            done += 1
+            t = base + done * dt  # t from the step count, so rounding does not drift over many steps
+            stats["nfev"] += nf
+            stats["steps"] += 1
+            if run.progress is not None:
+                run.progress(t)
+        t = target
+        run.save(t, x)
 
-    def save(t, y):
-        if not _is_finite(y):
-            raise FloatingPointError(
-                f"the state became non-finite at t={t:.6g} (checked at save times; the last finite save was t={last_finite[0]:.6g})."
-            )
-        last_finite[0] = t
-        saved.append(y)
-        if observe is not None:
-            obs.append(observe(t, y))
 
-    def count_step(t):
-        if stats["steps"] + stats["rejected"] >= max_steps:
-            raise RuntimeError(f"max_steps={max_steps} reached at t={t:.6g} before the last save time {times[-1]:g}.")
+def _adaptive_steps(
+    run: _Run, f: ArgsField, x: torch.Tensor, args: Any, solver: Tableau, control: StepController, batch_dims: int, stepper: Callable | None
+) -> None:
+    """Error-controlled steps that land exactly on each save time; ``control`` accepts or rejects each
+    trial step and sizes the next, for the torch stages (``rk_step``) and the C ones (``stepper``) alike."""
+    times, stats = run.times, run.stats
+
+    def g(t, y):
+        return f(t, y, args)
 
     t = times[0]
-    if isinstance(controller, FixedStep):
-        dt = controller.dt
-        counts = step_counts(times, dt)
-        base = times[0]
-        done = 0
-        step_fixed = _classical_rk4(f, args, dt) if solver == _RK4 else None
-        for target, count in zip(times[1:], counts, strict=True):
-            for _ in range(count):
-                if done >= max_steps:  # fixed steps are never rejected
-                    count_step(t)
-                if step_fixed is not None:
-                    x = step_fixed(t, x)
-                    nf = 4
-                else:
-                    x, _, _, nf = rk_step(g, t, x, dt, solver)
-                done += 1
-                # t from the step count, so rounding does not drift over many steps.
-                t = base + done * dt
+    k1 = g(t, x)
+    stats["nfev"] += 1
+    dt, nf, state = control.init(g, t, x, k1, batch_dims, max_step=times[1] - times[0] if len(times) > 1 else math.inf)
+    stats["nfev"] += nf
+    for target in times[1:]:
+        while t < target:
+            run.count_step(t)
+            landing = t + dt >= target * (1 - 1e-14) if target > 0 else t + dt >= target
+            h = target - t if landing else dt
+            if stepper is not None:
+                x_new, en, k_last = stepper(t, x, h, k1)
+                stats["nfev"] += solver.stages - 1
+            else:
+                x_new, err, k_last, nf = rk_step(g, t, x, h, solver, k1=k1)
                 stats["nfev"] += nf
-                stats["steps"] += 1
-                if progress is not None:
-                    progress(t)
-            t = target
-            save(t, x)
-    elif isinstance(controller, AdaptiveStep):
-        step = controller
-        if not solver.adaptive:
-            raise ValueError(f"AdaptiveStep needs a solver with an error estimate (Dopri5); {solver.name} has none.")
-        k1 = g(t, x)
-        stats["nfev"] += 1
-        if step.dt0 is None:
-            dt, nf = initial_step(g, t, x, k1, solver.order - 1, step.rtol, step.atol, batch_dims, max_step=times[1] - times[0])
-            stats["nfev"] += nf
-        else:
-            dt = step.dt0
-        exponent = 1.0 / solver.order
-        err_prev = 1.0
-        for target in times[1:]:
-            while t < target:
-                count_step(t)
-                landing = t + dt >= target * (1 - 1e-14) if target > 0 else t + dt >= target
-                h = target - t if landing else dt
-                if stepper is not None:
-                    x_new, en, k_last = stepper(t, x, h, k1)
-                    stats["nfev"] += solver.stages - 1
-                else:
-                    x_new, err, k_last, nf = rk_step(g, t, x, h, solver, k1=k1)
-                    stats["nfev"] += nf
-                    en = error_norm(err, x, x_new, step.rtol, step.atol, batch_dims)
-                if not math.isfinite(en):
-                    en = math.inf
-                if en <= 1.0:
-                    t = target if landing else t + h
-                    x = x_new
-                    k1 = k_last if solver.fsal else None
-                    if k1 is None:
-                        k1 = g(t, x)
-                        stats["nfev"] += 1
-                    stats["steps"] += 1
-                    en = max(en, 1e-10)
-                    factor = step.safety * en ** (-exponent + 0.75 * step.pi_beta) * err_prev**step.pi_beta
-                    factor = min(step.max_factor, max(step.min_factor, factor))
-                    err_prev = en
-                    # A landing step is only shortened; keep the controller's step for the next one.
-                    dt = max(dt, h) * factor if landing else h * factor
-                    if progress is not None:
-                        progress(t)
-                else:
-                    stats["rejected"] += 1
-                    factor = step.min_factor if math.isinf(en) else max(step.min_factor, step.safety * en ** (-exponent))
-                    dt = h * min(1.0, factor)
-                    if t + dt == t:
-                        raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
-            save(t, x)
-    else:
-        raise TypeError(f"step must be FixedStep or AdaptiveStep, not {type(controller).__name__}.")
-    return Solution(
-        ts=times,
-        xs=torch.stack(saved),
-        stats=stats,
-        observed=torch.stack([torch.as_tensor(o) for o in obs]) if obs is not None else None,
-    )
+                en = error_norm(err, x, x_new, control.rtol, control.atol, batch_dims)
+            accepted, dt, state = control.adapt(h, en if math.isfinite(en) else math.inf, state, planned=dt if landing else None)
+            if not accepted:
+                stats["rejected"] += 1
+                if t + dt == t:
+                    raise FloatingPointError(f"the step size underflowed at t={t:.6g}: the state is non-finite or the problem is too stiff.")
+                continue
+            t = target if landing else t + h
+            x = x_new
+            k1 = k_last if solver.fsal else None
+            if k1 is None:
+                k1 = g(t, x)
+                stats["nfev"] += 1
+            stats["steps"] += 1
+            if run.progress is not None:
+                run.progress(t)
+        run.save(t, x)

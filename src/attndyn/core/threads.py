@@ -19,10 +19,10 @@ The rule, in order:
 4. above it, every core this process may run on, less the cores that other processes kept busy
    since the last decision (read from ``/proc/stat`` on Linux; elsewhere all cores).
 
-Measured on 2 cores (float64, RK4 steps of ``simulate``, median of 3 interleaved rounds): quiet, two
-threads cost 1.5-1.7x one thread per step at n <= 64 (work < 4e4), break even at work ~2.6e5 and save
-25-38 % above; beside one CPU-bound competitor, two threads cost 1.4-3.5x one thread at every size.
-Torch's default (all cores, always) is therefore the worst choice on a busy laptop or a shared node.
+On an idle machine a second thread costs more than it saves on small systems and pays above the
+crossover; beside a CPU-bound competitor, extra threads cost at every size (``benchmarks/threads.py``
+measures both; the numbers are in docs/benchmarks). Torch's default (all cores, always) is therefore
+the worst choice on a busy laptop or a shared node.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from collections.abc import Iterator
 import torch
 
 # B * heads * n^2 * d of one field evaluation above which a second thread pays on an idle machine:
-# for one system, and for a batch of systems (parallel over the members pays sooner: (8, 32, 3),
-# work 2.5e4, ran at 0.83x the one-thread time on two idle cores; one system of work 3.3e4 at 1.54x).
+# for one system, and for a batch of systems (parallel over the members pays sooner than parallel
+# inside one small system's products; benchmarks/threads.py).
 CROSSOVER = 2.5e5
 BATCH_CROSSOVER = 2e4
 ENV = "ATTNDYN_THREADS"
@@ -93,7 +93,7 @@ def _cpu_sample() -> tuple[float, float, float, float] | None:
 
 
 def others_busy() -> float | None:
-    """Cores kept busy by other processes since the last reading (or over a 20 ms window); None if unknown."""
+    """Cores kept busy by other processes since the last reading (or over a window of ``_SAMPLE``, 50 ms); None if unknown."""
     global _last, _last_busy
     now = _cpu_sample()
     if now is None:
@@ -133,7 +133,7 @@ def choose(work: float, threads: int | None = None, *, batch: int = 1) -> int:
     if busy is None:
         return available
     # a core counts as free when others used less than a quarter of it: beside a competitor, one
-    # thread is the safe side (two threads beside one cost 1.4-3.5x, one thread alone costs 1.3-1.6x)
+    # thread is the safe side (oversubscribing a busy core costs more than leaving one idle)
     return max(1, min(available, int(available - busy + 0.25)))
 
 
@@ -161,8 +161,8 @@ def limit_blas(k: int) -> bool:
     rest of the process, through ``threadpoolctl``; False where it is not installed.
 
     Those pools start with every core, like torch's, and the analysis' eigendecompositions and SVDs of
-    small matrices pay for it the same way: ``reproduce trained-spectra --quick`` took 12-14 s with
-    OpenBLAS on two threads and 7 s on one, on two idle cores (measured).
+    small matrices pay for it the same way (``reproduce trained-spectra --quick`` is about twice as
+    slow with OpenBLAS on two threads as on one).
     """
     k = check_threads(k)
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # a BLAS loaded later (SciPy's own) reads these

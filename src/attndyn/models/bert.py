@@ -1,4 +1,4 @@
-"""Trained BERT-family checkpoints as particle systems (edge module).
+"""Trained BERT-family checkpoints as particle systems (reads checkpoint files; the models layer).
 
 Contract
 --------

@@ -163,7 +163,7 @@ def _sha256(path: Path) -> str:
 def read_gguf(path: str | Path) -> Decoder:
     """A ``llama`` or ``gemma3`` GGUF file as a :class:`Decoder` (see the module docstring).
 
-    The first read parses the file (the ``gguf`` package takes about 14 s for Gemma's 262,144-token
+    The first read parses the file (the ``gguf`` package is slow on Gemma's 262,144-token
     vocabulary) and caches the dequantized tensors with the parsed metadata in their header, and the
     tokenizer as JSON, keyed by the file's SHA-256; later reads open only the cache.
     """

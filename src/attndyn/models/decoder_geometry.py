@@ -164,7 +164,7 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
 
     V = W_O,h W_V,h has rank hd: its non-zero eigenvalues are those of the hd x hd matrix
     W_V,h W_O,h, and ||Q^T K||_2 = ||R K||_2 with Q^T = U R (thin QR), so the table costs hd-sized
-    decompositions, not d-sized ones (about 0.4 s a head at d = 576 otherwise)."""
+    decompositions, not d-sized ones (a full d x d one a head costs far more at d = 576)."""
     from attndyn.analysis.spectra import regime
 
     beta = 1.0 / math.sqrt(decoder.head_dim)

@@ -4,8 +4,9 @@ Contract
 --------
 Pure functions of NumPy arrays (a token matrix ``(n, d)`` or an attention matrix ``(n, n)``), no
 I/O: ``mean_cosine`` (mean pairwise cosine similarity), ``effective_rank`` (the exponential of the
-entropy of the normalised singular values), ``leaders`` (the tokens whose columns receive the most
-attention: the paper's leaders, Theorem 2.1 of arXiv 2305.05465).
+entropy of the normalised singular values), ``most_attended`` (the tokens whose columns receive the most
+attention, a proxy for the paper's leaders of Theorem 2.1 of arXiv 2305.05465, which
+``attndyn.analysis.lowrank.leaders`` computes exactly from the Boolean part of P).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def effective_rank(x: np.ndarray) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
-def leaders(P: np.ndarray, tokens: list[str], k: int = 3) -> list[str]:
+def most_attended(P: np.ndarray, tokens: list[str], k: int = 3) -> list[str]:
     """The k tokens receiving the most attention (column sums of P averaged over heads)."""
     col = P.reshape(-1, P.shape[-2], P.shape[-1]).mean(0).sum(0)
     return [f"{tokens[j]}#{j}" for j in np.argsort(-col)[:k]]

@@ -4,11 +4,17 @@ Layer contract
 --------------
 What particle runs are compared with: the closed forms and reduced ODEs of the paper's successors
 (``closed_forms``, re-exported here, so ``attndyn.theory.growth_rates`` works as before), the
-continuity equation on the circle (``meanfield``) and for zonal densities on S^2 (``meanfield_sphere``), and the matrices the paper's theorems name
-(``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
+Gaussian mean-field flow (``gaussian_mean_field``: ``gaussian_moments``, ``gaussian_field``,
+``gaussian_identity_covariance``, ``gaussian_blowup_time``), causal attention at beta = 0 and its
+depth rollout (``causal_attention``: ``cesaro``, ``causal_flow``, ``rollout_weights``,
+``primacy_tail``), the spectra of random attention matrices (``random_attention``:
+``quarter_circle_moments``), all re-exported here, the continuity equation on the circle
+(``meanfield``) and for zonal densities on S^2 (``meanfield_sphere``), and the matrices the paper's
+theorems name (``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
 (the mean-field solver reuses its Runge-Kutta tableaux).
 """
 
+from attndyn.theory.causal_attention import causal_flow, cesaro, primacy_tail, rollout_weights
 from attndyn.theory.closed_forms import (
     ODE_TOL,
     equiangular,
@@ -28,9 +34,20 @@ from attndyn.theory.closed_forms import (
     staircase_levels,
     wendel,
 )
+from attndyn.theory.gaussian_mean_field import gaussian_blowup_time, gaussian_field, gaussian_identity_covariance, gaussian_moments
+from attndyn.theory.random_attention import quarter_circle_moments
 
 __all__ = [
     "ODE_TOL",
+    "causal_flow",
+    "cesaro",
+    "gaussian_blowup_time",
+    "gaussian_field",
+    "gaussian_identity_covariance",
+    "gaussian_moments",
+    "primacy_tail",
+    "quarter_circle_moments",
+    "rollout_weights",
     "equiangular",
     "equiangular_beta0",
     "equiangular_rhs",

@@ -36,6 +36,3 @@ def V3B() -> np.ndarray:
 def VC() -> np.ndarray:
     """The symmetric value matrix of the codimension-conjecture figure (F-conj)."""
     return np.array(_VC)
-
-
-NAMED = {"V2": V2, "V3a": V3A, "V3b": V3B, "Vc": VC}

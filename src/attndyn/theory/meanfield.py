@@ -96,8 +96,8 @@ def _coefficients(M: int, beta: float, usa: bool) -> tuple[np.ndarray, np.ndarra
     return z.astype(complex), v
 
 
-# On the CPU, scipy.fft (pocketfft) beats torch.fft from this many grid points on (measured on one
-# core: 29 against 38 us at M = 4096, 57 against 170 us at M = 8192; torch is faster below 2048)
+# On the CPU, scipy.fft (pocketfft) beats torch.fft from this many grid points on, and torch is faster
+# below (benchmarks/meanfield.py)
 SCIPY_FFT_FROM = 2048
 
 

@@ -376,7 +376,7 @@ def write_gif(
 ) -> Path:
     """A GIF from ``state = setup(fig)`` and ``update(state, k)`` for k < n_frames, written atomically.
 
-    Artists are created once and updated per frame (rebuilding axes per frame is ~10x slower).
+    Artists are created once and updated per frame (rebuilding axes per frame is far slower).
     """
     import tempfile
 

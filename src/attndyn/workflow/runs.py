@@ -82,6 +82,31 @@ def execute(config: SimulationConfig, *, progress: Callable[[float], None] | Non
     return Run(config.model_dump(mode="json"), setup.model, ts, xs, stats, wall, __version__)
 
 
+def explain(config: SimulationConfig) -> str:
+    """The engine plan of ``config``'s run as :func:`execute` would integrate it (``attndyn simulate
+    --explain``): :func:`attndyn.plan` for an ODE run (with ``observe`` and ``progress``, which the run
+    folder's saves and the progress bar use), one line for the SDE and long-horizon integrators."""
+    from attndyn.core.simulation import plan
+
+    setup = build(config)
+    if setup.kind == "sde":
+        return "engine plan: projected Euler-Maruyama of the noisy model (attndyn.core.noise.simulate_sde); no other path"
+    if setup.kind == "long":
+        return "engine plan: the long-horizon integrator on merged points (attndyn.simulate_long), its field in C where available"
+    report = plan(
+        setup.model,
+        setup.x0,
+        setup.ts,
+        solver=setup.solver,
+        step=setup.step,
+        max_steps=setup.max_steps,
+        threads=setup.threads,
+        observe=lambda t, x: x,
+        progress=lambda t: None,
+    )
+    return str(report)
+
+
 def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None, saves: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """Integrate a built config with the integrator its solver section names: ``(ts, xs, stats)``.
 

@@ -33,7 +33,7 @@ def matrix(spec: MatrixSpec, heads: int, d: int, rng: Callable[[], np.random.Gen
     """A ``(heads, m, d)`` array from a spec; ``square`` (V and W) forces m = d.
 
     ``rng()`` gives the role's random stream; it is called only for ``kind = "random"`` (a stream
-    costs a SeedSequence, about 40 us, which a sweep of 10,000 identity-weight points need not pay).
+    costs a SeedSequence, which a sweep of 10,000 identity-weight points need not pay).
     """
     m = d if square else (spec.m or d)
     if spec.kind == "random" and spec.m is not None and square:
@@ -279,7 +279,7 @@ def _draws_weights(config: SimulationConfig) -> bool:
 def build_many(configs: list[SimulationConfig]) -> list[Setup]:
     """``[build(c) for c in configs]``, sharing the work among configs that differ only in ``seed``
     and draw no random weights: those share one model and draw only their initial state (and
-    noise seed). A sweep task builds its seeds this way (about 1 ms saved per grid point at d = 128)."""
+    noise seed). A sweep task builds its seeds this way (one derivation saved per grid point)."""
     out: list[Setup] = []
     built: dict[str, Setup] = {}  # the first setup of each config up to its seed
     for config in configs:

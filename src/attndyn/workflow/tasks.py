@@ -47,7 +47,8 @@ def run_task(configs: list[dict], measures: list[str], options: dict) -> dict[st
     """
     import torch
 
-    from attndyn.core.simulation import simulate, span_coordinates, span_obstruction
+    from attndyn.core.plan import span_obstruction
+    from attndyn.core.simulation import simulate, span_coordinates
     from attndyn.workflow import runs
     from attndyn.workflow.setup import build_many
 

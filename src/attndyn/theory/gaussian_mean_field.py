@@ -1,19 +1,12 @@
-"""Closed forms of the third wave's successors: Gaussian mean field, causal position bias, random
-attention spectra (arXiv 2501.18322, 2502.01951, 2405.18781, 2410.07799).
+"""The mean-field flow of softmax self-attention on Gaussians (Castin, Ablin, Carrillo, Peyre, arXiv 2501.18322).
 
-* :func:`gaussian_moments` - the mean-field flow of softmax self-attention in R^d maps N(m, S) to a
-  Gaussian (Castin, Ablin, Carrillo, Peyre, arXiv 2501.18322): for mu = N(m, S) the field is affine,
-  v(x) = V (m + beta S K^T Q x), so m' = V (I + beta S K^T Q) m and
+* :func:`gaussian_moments` - the flow maps N(m, S) to a Gaussian: for mu = N(m, S) the field is
+  affine, v(x) = V (m + beta S K^T Q x), so m' = V (I + beta S K^T Q) m and
   S' = beta V S K^T Q S + beta S Q^T K S V^T. Integrated here with SciPy's DOP853, independent of the
-  particle engine. :func:`gaussian_identity_covariance` is the closed form for Q = K = V = I,
+  particle engine.
+* :func:`gaussian_identity_covariance` - the closed form for Q = K = V = I,
   S(t) = S0 (I - 2 beta t S0)^{-1}, and :func:`gaussian_blowup_time` its t* = 1/(2 beta lambda_max(S0)).
-  :func:`gaussian_field` is the affine field itself, which the tests compare with quadrature.
-* :func:`cesaro` - the causal softmax at beta = 0 (C_ij = 1/i for j <= i, 1-based);
-  :func:`rollout_weights` row n of (a I + (1 - a) C)^H, the exact depth-H influence on the last token,
-  and :func:`primacy_tail` the logarithmic-tail approximation (arXiv 2502.01951; accurate for j >~ 10).
-* :func:`quarter_circle_moments` - singular values of sqrt(n) A for row-softmax A of i.i.d.
-  N(0, sigma^2) logits (the top one excluded) follow the quarter-circle law on [0, 2s] with
-  s^2 = e^{sigma^2} - 1: E[s_k^2] = s^2, E[s_k^4] = 2 s^4.
+* :func:`gaussian_field` - the affine field itself, which the tests compare with quadrature.
 """
 
 from __future__ import annotations
@@ -22,7 +15,6 @@ import math
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy.linalg import expm
 
 GAUSS_TOL = {"rtol": 1e-12, "atol": 1e-14}
 
@@ -75,35 +67,3 @@ def gaussian_blowup_time(S0: np.ndarray, beta: float) -> float:
     """t* = 1 / (2 beta lambda_max(S0)) for Q = K = V = I (inf at beta = 0)."""
     lam = float(np.linalg.eigvalsh(np.asarray(S0, dtype=np.float64)).max())
     return math.inf if beta == 0 else 1.0 / (2.0 * beta * lam)
-
-
-def cesaro(n: int) -> np.ndarray:
-    """The causal softmax at beta = 0: C_ij = 1/i for j <= i (rows 1-based)."""
-    return np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
-
-
-def causal_flow(x0: np.ndarray, t: float) -> np.ndarray:
-    """The exact beta = 0 causal flow with V = I: ``e^{tC} x0`` (matrix exponential, SciPy)."""
-    return expm(t * cesaro(x0.shape[-2])) @ x0
-
-
-def rollout_weights(n: int, H: int, a: float) -> np.ndarray:
-    """Row n of ``(a I + (1 - a) C)^H``: the weight of token j on the last token after H layers."""
-    M = a * np.eye(n) + (1.0 - a) * cesaro(n)
-    row = np.zeros(n)
-    row[-1] = 1.0
-    for _ in range(H):
-        row = row @ M
-    return row
-
-
-def primacy_tail(j: np.ndarray, n: int, H: int, a: float) -> np.ndarray:
-    """(1/n) sum_{k=1}^H binom(H, k) a^{H-k} (1-a)^k (ln(n/j))^{k-1} / (k-1)!, for tokens j < n (arXiv 2502.01951, 2603.10123)."""
-    L = np.log(n / np.asarray(j, dtype=np.float64))
-    return sum(math.comb(H, k) * a ** (H - k) * (1 - a) ** k * L ** (k - 1) / math.factorial(k - 1) for k in range(1, H + 1)) / n
-
-
-def quarter_circle_moments(sigma: float) -> tuple[float, float]:
-    """``(E[s^2], E[s^4])`` of the quarter-circle law with s^2 = e^{sigma^2} - 1."""
-    s2 = math.expm1(sigma * sigma)
-    return s2, 2.0 * s2 * s2

@@ -1,0 +1,148 @@
+"""The engine plan (attndyn.core.plan): its choice for a table of cases, read from the paths'
+definitions (not from the code's output), and that simulate executes exactly the planned path."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attndyn as ad
+from attndyn.core import compiled, plan, simulation
+
+RNG = np.random.default_rng(0)
+SMALL = RNG.uniform(-1, 1, (12, 3))
+FIXED = {"solver": ad.RK4(), "step": ad.FixedStep(0.01)}
+ADAPTIVE = {"solver": ad.Dopri5(), "step": ad.AdaptiveStep(rtol=1e-8, atol=1e-10)}
+TS = [0.0, 1.0, 2.0]  # 200 fixed steps of 0.01
+
+
+def _three_eighths(name):
+    third = 1 / 3
+    return ad.core.solvers.Tableau(
+        name, 4, (0.0, third, 2 * third, 1.0), ((), (third,), (-third, 1.0), (1.0, -1.0, 1.0)), (1 / 8, 3 / 8, 3 / 8, 1 / 8)
+    )
+
+
+def _sphere(shape, seed=1):
+    x = np.random.default_rng(seed).normal(size=shape)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+# (name, model, x0, ts, options, path, field, stepper, a reason that must be given for a path not taken)
+ID3, SPH = ad.Weights.identity(3), _sphere((6, 3))
+GENERAL_V = ad.Weights(np.eye(3), np.eye(3), np.diag([0.5, 0.2, -0.1]))
+EIGHTHS = {"solver": _three_eighths("rk4"), "step": ad.FixedStep(0.01)}
+C, TORCH, RK4STEP, GENERIC = "C field", "torch field", "classical RK4 step", "generic RK step"
+CASES = [
+    ("classical RK4, 200 steps, d = 3", ad.Model(ID3), SMALL, TS, FIXED, "compiled loop", C, "C loop", None),
+    ("3/8 rule named rk4", ad.Model(ID3), SMALL, TS, EIGHTHS, "eager loop", C, GENERIC, ("compiled loop", "not classical RK4")),
+    ("50 steps", ad.Model(ID3), SMALL, [0.0, 0.5], FIXED, "eager loop", C, RK4STEP, ("compiled loop", "50 steps")),
+    ("off the grid", ad.Model(ID3), SMALL, [0.0, 1.005, 2.0], FIXED, "eager loop", C, RK4STEP, ("compiled loop", "off the dt grid")),
+    ("Dopri5 adaptive", ad.Model(ID3), SMALL, TS, ADAPTIVE, "eager loop", C, "C step", ("compiled loop", "not classical RK4")),
+    ("hardmax", ad.Model(ID3, beta=math.inf), SMALL, TS, FIXED, "eager loop", TORCH, RK4STEP, ("C field", "hardmax")),
+    ("float32", ad.Model(ID3), SMALL.astype(np.float32), TS, FIXED, "eager loop", TORCH, RK4STEP, ("C field", "float64")),
+    ("causal mask, adaptive", ad.Model(ID3, mask="causal"), SMALL, TS, ADAPTIVE, "eager loop", TORCH, GENERIC, ("C step", "not in C")),
+    ("rescaled, general V", ad.Model(GENERAL_V, rescaled=True), SMALL, TS, ADAPTIVE, "eager loop", C, GENERIC, ("C step", "V not a multiple")),
+    ("sqrt scheme", ad.Model(ID3, geometry="sphere", scheme="sqrt"), SPH, TS, ADAPTIVE, "eager loop", C, GENERIC, ("C step", "sqrt scheme")),
+    ("pre scheme", ad.Model(ID3, geometry="sphere", scheme="pre"), SPH, TS, FIXED, "eager loop", TORCH, RK4STEP, ("compiled loop", "Post-LN")),
+    ("span, d > n", ad.Model(ad.Weights.identity(6)), RNG.normal(size=(3, 6)), TS, {**ADAPTIVE, "span": True}, "span reduction", C, "C step",
+     None),
+    ("span, d <= n", ad.Model(ID3), SMALL, TS, {**ADAPTIVE, "span": True}, "eager loop", C, "C step", ("span reduction", "nothing to reduce")),
+    ("a large batch, d = 12", ad.Model(ad.Weights.identity(12)), RNG.normal(size=(300, 30, 12)), [0.0, 0.1], FIXED,
+     "chunked batch", TORCH, RK4STEP, ("compiled loop", "fewer than 100")),
+]  # fmt: skip
+
+
+@pytest.fixture
+def one_thread_with_kernel(monkeypatch):
+    monkeypatch.setenv("ATTNDYN_COMPILED", "1")
+    monkeypatch.setenv("ATTNDYN_THREADS", "1")
+    if compiled.library() is None:
+        pytest.skip(f"no compiled kernel here: {compiled.STATUS['reason']}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_plan_chooses_the_path_its_definition_names(one_thread_with_kernel, case):
+    _, model, x0, ts, options, path, field, stepper, reason = case
+    got = ad.plan(model, x0, ts, **options)
+    assert (got.path, got.field, got.stepper) == (path, field, stepper), str(got)
+    if reason is not None:
+        assert reason[1] in dict(got.not_taken)[reason[0]], str(got)
+    text = str(got)
+    assert text.startswith("engine plan for ")
+    assert path in text
+
+
+def test_simulate_executes_exactly_the_planned_path(one_thread_with_kernel, monkeypatch):
+    """A spy on each executor records what simulate ran: the plan's path, once (a chunked batch then
+    runs its chunks, each planned again); the result equals the named path's executor run directly.
+    Spies on the kernels tell the paths apart independently of the executors' names: the C loop runs
+    exactly when the compiled loop is planned, the C step exactly when the plan names it."""
+    ran, kernels = [], []
+    real = dict(simulation.EXECUTORS)
+    for name, fn in real.items():
+        monkeypatch.setitem(simulation.EXECUTORS, name, lambda p, *a, _n=name, _f=fn, **k: ran.append(_n) or _f(p, *a, **k))
+    for kernel, fn in (("run", compiled.run), ("stepper", compiled.stepper)):
+        monkeypatch.setattr(compiled, kernel, lambda *a, _k=kernel, _f=fn, **k: kernels.append(_k) or _f(*a, **k))
+    seen_paths = set()
+    for name, model, x0, ts, options, path, _, stepper, _ in CASES:
+        ran.clear()
+        kernels.clear()
+        if name == "off the grid":  # the eager loop runs, and says what is wrong
+            with pytest.raises(ValueError, match="not on the dt=0.01 grid"):
+                ad.simulate(model, x0, ts, **options)
+            assert ran == [path]
+            continue
+        traj = ad.simulate(model, x0, ts, **options)
+        assert ran[0] == path, name
+        assert ("run" in kernels) == (path == "compiled loop"), name
+        assert ("stepper" in kernels) == (stepper == "C step"), name
+        seen_paths.add(ran[0])
+        x = simulation.prepare_state(model, x0)
+        solver, step = options["solver"], options["step"]
+        chosen = ad.plan(model, x0, ts, **options)
+        direct = real[path](chosen, model, x, [float(t) for t in ts], solver=solver, step=step, observe=None, max_steps=100_000, progress=None)
+        torch.testing.assert_close(traj.xs, direct.xs, rtol=0, atol=0, msg=name)
+    assert seen_paths == set(plan.PATHS)  # the table covers every path
+
+
+def test_the_compiled_loop_and_the_eager_loop_are_different_arithmetic(one_thread_with_kernel, monkeypatch):
+    """The check above could not tell two paths apart if they gave the same bits: they do not."""
+    model, x0 = ad.Model(ad.Weights.identity(3)), SMALL
+    loop = ad.simulate(model, x0, TS, **FIXED)
+    monkeypatch.setenv("ATTNDYN_COMPILED", "0")
+    assert ad.plan(model, x0, TS, **FIXED).path == "eager loop"
+    eager = ad.simulate(model, x0, TS, **FIXED)
+    difference = (loop.xs - eager.xs).abs().max().item()
+    assert 0 < difference < 1e-12
+
+
+def test_plan_refuses_span_for_a_model_that_does_not_commute_with_rotations():
+    model = ad.Model(ad.Weights(np.eye(4), np.diag([1.0, 2.0, 1.0, 1.0]), np.eye(4)))
+    with pytest.raises(ValueError, match="Q\\^T K of head 0"):
+        ad.plan(model, RNG.normal(size=(2, 4)), span=True)
+
+
+def test_the_cli_prints_the_plan(tmp_path):
+    from typer.testing import CliRunner
+
+    from attndyn.app.cli import app
+
+    done = CliRunner().invoke(app, ["simulate", "configs/polytope.toml", "--explain"])
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("engine plan for ")
+    assert "runs:" in done.output
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_kernels_module_decides_nothing_and_imports_no_model():
+    """compiled.py holds kernels only: it imports neither the dynamics nor the plan (the cycle of
+    issue 36 is gone) and reads no Model."""
+    import ast
+    from pathlib import Path
+
+    source = Path(compiled.__file__).read_text()
+    imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"attndyn.core.dynamics", "attndyn.core.plan", "attndyn.core.simulation"}
+    assert "Model" not in source
