@@ -78,7 +78,7 @@ def cluster_count_profile(points: np.ndarray, tols: np.ndarray | None) -> np.nda
 
 # The merge-gap rule's constants (docs/guide/analysis.md, "Counting clusters"; tests/analysis/test_cluster_count.py).
 GAP_RATIO_MIN = 1.25  # a gap: the first merge between clusters at least 25 % above the last merge inside one
-GAP_SPREAD_MIN = 1.5  # ... and (log) at least 1.5 times as wide as the spread of the merges on either side of it
+GAP_SPREAD_MIN = 1.25  # ... and (log) at least 1.25 times as wide as the spread of the merges on either side of it
 GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2): a uniform 1-D cloud's largest gap about once in 10^3
 ONE_FRACTION = 0.5  # one cluster: no significant gap and a diameter at most half the reference scale
 
