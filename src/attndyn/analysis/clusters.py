@@ -7,12 +7,16 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
 * ``cluster_labels(points, tol=...)``: single linkage at distance ``tol``; labels are integers
   numbered in order of first appearance.
 * ``cluster_count_profile(points, tols)``: the count at each tolerance (one linkage for all).
-* ``stable_cluster_count(points, scale=...)``: the count that holds over the widest range of
-  log-tolerance inside a window ``[rel_min, rel_max] x scale``, with that range. ``scale`` is the
-  reference length of the system (a trajectory's initial diameter; by default the points' own): a
-  system that shrank far below it counts one cluster, k tight clusters count k at any common
-  scale, a cloud without gaps counts every point. A count without its range is not to be trusted
-  (logits grow like e^{2 lambda t}). ``analyze`` and the sweeps' ``cluster_count`` both use it.
+* ``stable_cluster_count(points, scale=...)``: the number of clusters by a significant gap in the
+  single-linkage merge distances, as a :class:`StableCount` with its verdict (``"clusters"``,
+  ``"one cluster"``, ``"no structure"``) and evidence (the tolerance window, nearest-pair, within- and
+  between-cluster distances, the gap's ratio and spread, the silhouette). ``scale`` is the reference
+  length of the system (a trajectory's initial diameter, 2 for unit vectors; by default the points'
+  own): a system that shrank far below it counts one cluster, k clusters separated by a gap count k
+  at any common scale and in any dimension, a cloud without a gap has no structure and counts every
+  point the resolution tells apart. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
+  geometry use it; the rule and its limits are in docs/guide/analysis.md.
+* ``silhouette(distances, labels)``, ``distance_matrix(points)``: the evidence's building blocks.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
   each merging cluster.
 """
