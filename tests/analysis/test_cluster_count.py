@@ -144,7 +144,7 @@ def test_a_uniform_cloud_of_2000_points_has_no_structure(rng):
 
 
 def test_small_uniform_clouds_in_the_plane_rarely_show_a_gap(rng):
-    """n = 20 in d = 2 is where chance gaps are likeliest (measured: 1-4 % of clouds); 60 clouds, at most 6 false alarms."""
+    """n = 20 in d = 2 is where chance gaps are likeliest (measured: 0.3-3 % of clouds); 60 clouds, at most 6 false alarms."""
     alarms = 0
     for _ in range(20):
         for cloud in (unit(rng.normal(size=(20, 2))), rng.uniform(-1, 1, (20, 2)), rng.normal(size=(20, 2))):
@@ -163,3 +163,20 @@ def test_sensitivity_two_clusters_merged_into_one_are_counted_one_fewer(rng):
     assert clusters.stable_cluster_count(x, scale=2.0).count == 5
     x[labels == 4] = unit(x[labels == 4] - x[labels == 4].mean(0) + x[labels == 3].mean(0))  # cluster 4 onto cluster 3
     assert clusters.stable_cluster_count(x, scale=2.0).count == 4
+
+
+@pytest.mark.parametrize(("distance", "expected"), [(2.0, (85, "no structure")), (6.0, (2, "clusters"))])
+def test_a_far_point_off_a_loose_cloud_is_a_gap_not_a_structure(rng, distance, expected):
+    """Token 0 of a trained decoder's layer split off the rest by a gap 1.5x the rest's largest merge had
+    silhouette 0.32; a far point with silhouette below 0.5 is no structure, a very far one is a cluster."""
+    cloud = rng.normal(size=(84, 576)) / np.sqrt(576)  # pairwise distances about 1.41, MST edges about 1.3
+    far = np.zeros((1, 576))
+    far[0, 0] = distance
+    x = np.vstack([far, cloud])
+    st = clusters.stable_cluster_count(x)
+    assert (st.count, st.verdict) == expected
+    labels = (np.arange(85) > 0).astype(int)
+    sil = silhouette_by_loop(x, labels)
+    assert (sil >= clusters.SILHOUETTE_MIN) == (expected[1] == "clusters")
+    h = clusters.merge_heights(x)
+    assert h[-1] / h[-2] > 1.4  # in both cases a gap splits the far point off: the silhouette decides

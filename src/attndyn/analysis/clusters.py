@@ -84,6 +84,7 @@ def cluster_count_profile(points: np.ndarray, tols: np.ndarray | None) -> np.nda
 GAP_RATIO_MIN = 1.25  # a gap: the first merge between clusters at least 25 % above the last merge inside one
 GAP_SPREAD_MIN = 1.25  # ... and (log) at least 1.25 times as wide as the spread of the merges on either side of it
 GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2): a uniform 1-D cloud's largest gap about once in 10^3
+SILHOUETTE_MIN = 0.5  # ... and a partition of "reasonable structure" (Kaufman & Rousseeuw 1990: > 0.5)
 ONE_FRACTION = 0.5  # one cluster: no significant gap and a diameter at most half the reference scale
 
 
@@ -187,7 +188,9 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
        against their median, the median merge between against the first), which is how tight clusters
        and clusters in high dimension look (their distances concentrate), or (b) R >= 1 + ``GAP_FALSE_ALARM``
        / ln(n/2) with every cluster of at least two points, which a uniform 1-D or 2-D cloud's largest gap
-       exceeds about once in a thousand (dense clusters in low dimension, whose merges spread widely).
+       exceeds about once in a thousand (dense clusters in low dimension, whose merges spread widely);
+       and the partition's mean silhouette is >= ``SILHOUETTE_MIN`` (a single far point split from a
+       loose cloud is a gap, not a structure).
     3. One cluster is a candidate when the diameter is <= ``ONE_FRACTION x reference``; its window is
        [diameter, ``hi``).
     4. The count is the candidate with the widest window (log); with no candidate the verdict is
@@ -235,7 +238,10 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
             significant = sizes[1:].min() >= 2
         width = np.log10(right / left)
         if significant and width > best_width:
-            best, best_width = (k, float(left), float(right), float(ratio), spread), width
+            labels = _first_appearance(fcluster(tree, t=k, criterion="maxclust"))
+            sil = silhouette(dist, labels)
+            if sil >= SILHOUETTE_MIN:
+                best, best_width = (k, float(left), float(right), float(ratio), spread, sil), width
     if diameter <= ONE_FRACTION * reference and diameter < hi and np.log10(hi / diameter) > best_width:
         width = float(np.log10(hi / diameter))
         return StableCount(1, diameter, float(hi), width, diameter, "one cluster", reference, nearest, float(raw[-1]))
@@ -246,9 +252,7 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
         right = float(raw[n - resolved])
         width = float(np.log10(right / lo))
         return StableCount(resolved, lo, right, width, diameter, "no structure", reference, nearest)
-    k, left, right, ratio, spread = best
-    labels = _first_appearance(fcluster(tree, t=k, criterion="maxclust"))
-    sil = silhouette(dist, labels)
+    k, left, right, ratio, spread, sil = best
     return StableCount(k, left, right, float(np.log10(right / left)), diameter, "clusters", reference, nearest, left, right, ratio, spread, sil)
 
 
