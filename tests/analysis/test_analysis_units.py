@@ -251,6 +251,7 @@ def test_a_still_spreading_cloud_has_no_clusters(rng):
     cloud = rng.uniform(-1, 1, (40, 2))
     st = clusters.stable_cluster_count(cloud, scale=2.0)
     assert st.count == 40  # every token its own: no gap separates groups
+    assert st.verdict == "no structure"
 
 
 def test_the_sweep_measure_and_analyze_count_a_collapse_alike(rng):

@@ -62,9 +62,10 @@ def time_to_one_cluster(ts: np.ndarray, xs: np.ndarray, model: Model, options: d
 
 def cluster_count(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:
     """Clusters at the last save time, by the definition ``analyze`` uses
-    (:func:`attndyn.analysis.clusters.stable_cluster_count`): the count stable over the widest range
-    of tolerances from ``cluster_tol`` (absolute: tokens closer than it are one cluster) up to the
-    system's initial diameter, so a collapsed system counts 1."""
+    (:func:`attndyn.analysis.clusters.stable_cluster_count`): groups separated by a significant gap
+    in the merge distances, at resolution ``cluster_tol`` (absolute: tokens closer than it are one
+    cluster) and relative to the system's initial diameter, so a collapsed system counts 1 and a
+    cloud without a gap counts every token it tells apart."""
     from attndyn.analysis.clusters import diameter_of, stable_cluster_count
 
     reference = max(diameter_of(xs[0]), diameter_of(xs[-1]))

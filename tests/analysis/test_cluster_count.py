@@ -1,0 +1,182 @@
+"""The cluster count on planted truth (issue 34, finding 1 and item 1).
+
+k in {1, 2, 5, 12} clusters of n = 20 ... 2000 unit or Euclidean points in d in {2, 64, 576, 2048}, the
+within-cluster spread from 1e-6 up to where the planted partition's silhouette falls below 0.5 (d >= 64)
+or 0.85 (d = 2: see docs/guide/analysis.md for why), and uniform clouds, which must read "no structure".
+Every expectation is the planted truth; the silhouette and the evidence are checked against separate
+code (a per-point loop on scipy's pdist, brute-force distances, a linkage per planted cluster).
+"""
+
+import numpy as np
+import pytest
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import cdist, pdist, squareform
+
+from attndyn.analysis import clusters
+
+SPREADS = [1e-6, 1e-3, 0.03, 0.1, 0.2, 0.3, 0.45, 0.5]
+SILHOUETTE_FLOOR = {2: 0.85, 64: 0.5, 576: 0.5, 2048: 0.5}
+
+
+def unit(a):
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+def planted(rng, k, n, d, spread, sphere):
+    """n points in k equal clusters around centres about sqrt(2) apart, each offset of norm about ``spread``."""
+    if d == 2:  # k directions evenly spaced on the circle, randomly turned
+        angle = 2 * np.pi * np.arange(k) / k + rng.uniform(0, 2 * np.pi)
+        centres = np.c_[np.cos(angle), np.sin(angle)]
+    else:  # random directions, nearly orthogonal
+        centres = unit(rng.normal(size=(k, d)))
+    labels = np.arange(n) % k
+    x = centres[labels] + spread * rng.normal(size=(n, d)) / np.sqrt(d)
+    return (unit(x) if sphere else x), labels
+
+
+def silhouette_by_loop(x, labels):
+    """Rousseeuw's silhouette, point by point (a singleton scores 0): separate code from clusters.silhouette."""
+    dist = squareform(pdist(x))
+    s = []
+    for i in range(len(x)):
+        own = labels == labels[i]
+        if own.sum() == 1:
+            s.append(0.0)
+            continue
+        a = dist[i, own].sum() / (own.sum() - 1)
+        b = min(dist[i, labels == c].mean() for c in np.unique(labels) if c != labels[i])
+        s.append((b - a) / max(a, b))
+    return float(np.mean(s))
+
+
+def test_issue_34_five_tight_clusters_in_576_dimensions_count_five(rng):
+    """The issue's case: 87 unit vectors, 5 clusters, within 1 - cos = 0.002, between about 1. The
+    widest-window rule counted 87 (the all-singletons window from 2e-3 to the nearest pair won)."""
+    d, k, n = 576, 5, 87
+    centres = unit(rng.normal(size=(k, d)))
+    labels = np.arange(n) % k
+    sigma = np.sqrt(0.002 / d)  # E[1 - cos] of two points of one cluster = sigma^2 d
+    x = unit(centres[labels] + sigma * rng.normal(size=(n, d)))
+    cos = x @ x.T
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(n, dtype=bool)
+    assert 0.0015 < np.mean(1 - cos[same & off]) < 0.0025
+    assert np.mean(1 - cos[~same]) > 0.9
+    st = clusters.stable_cluster_count(x, scale=2.0, rel_min=1e-3)
+    assert st.count == 5  # the widest-window rule: 87
+    assert st.verdict == "clusters"
+    assert st.silhouette > 0.9
+    np.testing.assert_allclose(st.silhouette, silhouette_by_loop(x, labels), rtol=1e-9)
+    assert st.gap_ratio > 10  # between / within: about sqrt(0.985 / 0.002) = 22
+
+
+@pytest.mark.parametrize("sphere", [True, False], ids=["unit", "euclidean"])
+@pytest.mark.parametrize("k", [2, 5, 12])
+@pytest.mark.parametrize("d", [2, 64, 576, 2048])
+def test_planted_clusters_are_counted_down_to_the_silhouette_floor(rng, d, k, sphere):
+    sizes = {3 * k if k > 2 else 20: SPREADS, 300: SPREADS}
+    if (d, k, sphere) in {(2, 5, True), (64, 2, False), (576, 5, True), (2048, 12, True)}:
+        sizes[2000] = [1e-6, 0.2, 0.45]  # the largest size once per dimension, at three spreads (the suite's time)
+    floor, seen = SILHOUETTE_FLOOR[d], []
+    for n, spreads in sizes.items():
+        for spread in spreads:
+            x, labels = planted(rng, k, n, d, spread, sphere)
+            st = clusters.stable_cluster_count(x, scale=2.0)
+            sil = clusters.silhouette(clusters.distance_matrix(x), labels)
+            if sil < floor:
+                break  # larger spreads only lower it
+            seen.append(sil)
+            assert (st.count, st.verdict) == (k, "clusters"), f"n = {n}, spread = {spread:g}, planted silhouette {sil:.2f}: {st}"
+            np.testing.assert_allclose(st.silhouette, sil, rtol=1e-9, atol=1e-12)  # the partition found is the planted one
+    assert min(seen) < floor + 0.15  # the ladder reached the floor
+
+
+def test_evidence_equals_brute_force(rng):
+    x, labels = planted(rng, 5, 200, 64, 0.2, sphere=True)
+    st = clusters.stable_cluster_count(x, scale=2.0)
+    dist = squareform(pdist(x))
+    np.fill_diagonal(dist, np.inf)
+    between = min(cdist(x[labels == a], x[labels == b]).min() for a in range(5) for b in range(a + 1, 5))
+    within = max(linkage(x[labels == a], "single")[:, 2].max() for a in range(5))  # each cluster's own MST
+    np.testing.assert_allclose([st.nearest, st.between, st.within], [dist.min(), between, within], rtol=1e-7)
+    np.testing.assert_allclose(st.gap_ratio, between / within, rtol=1e-7)
+    assert (st.tol_low, st.tol_high) == (st.within, st.between)
+    np.testing.assert_allclose(st.decades, np.log10(between / within), rtol=1e-12)
+    assert 1 < st.gap_ratio
+    assert st.gap_spread >= clusters.GAP_SPREAD_MIN
+    assert st.reference == 2.0
+    assert st.scale == clusters.diameter_of(x)
+    # the window's middle tolerance labels the planted clusters
+    lab = clusters.cluster_labels(x, tol=np.sqrt(st.tol_low * st.tol_high))
+    assert len({(a, b) for a, b in zip(lab, labels, strict=True)}) == 5
+
+
+def test_silhouette_equals_the_per_point_definition(rng):
+    x, labels = planted(rng, 4, 41, 3, 0.6, sphere=False)
+    labels[0] = 4  # a singleton scores 0
+    np.testing.assert_allclose(clusters.silhouette(clusters.distance_matrix(x), labels), silhouette_by_loop(x, labels), rtol=1e-10)
+    np.testing.assert_allclose(clusters.distance_matrix(x), squareform(pdist(x)), atol=1e-13)
+
+
+@pytest.mark.parametrize("sphere", [True, False], ids=["unit", "euclidean"])
+@pytest.mark.parametrize("d", [2, 64, 576, 2048])
+def test_one_tight_cluster_is_one_and_a_uniform_cloud_has_no_structure(rng, d, sphere):
+    for n in [20, 300]:
+        for spread in [1e-6, 1e-3, 0.03, 0.1]:  # diameter about 2-8 spreads, at most half the reference 2
+            x, _ = planted(rng, 1, n, d, spread, sphere)
+            st = clusters.stable_cluster_count(x, scale=2.0)
+            assert (st.count, st.verdict) == (1, "one cluster"), f"n = {n}, spread = {spread:g}: {st}"
+        # uniform on the unit sphere (scale 2) or in the cube [-1, 1]^d (its own diameter): no gap, not small
+        cloud = unit(rng.normal(size=(n, d))) if sphere else rng.uniform(-1, 1, (n, d))
+        st = clusters.stable_cluster_count(cloud, scale=2.0 if sphere else None)
+        assert (st.count, st.verdict) == (n, "no structure"), f"n = {n}: {st}"
+        assert np.isnan(st.silhouette)
+
+
+def test_a_uniform_cloud_of_2000_points_has_no_structure(rng):
+    for cloud in (unit(rng.normal(size=(2000, 2))), rng.uniform(-1, 1, (2000, 2)), unit(rng.normal(size=(2000, 576)))):
+        st = clusters.stable_cluster_count(cloud, scale=2.0)
+        # every point the resolution (1e-6 of the reference) tells apart is its own: 2000 on the circle's
+        # nearest pairs (spacing about 2 pi / 2000^2) less the few closer than 2e-6
+        resolved = clusters.cluster_count_profile(cloud, [1e-6 * st.reference])[0]
+        assert (st.count, st.verdict) == (resolved, "no structure")
+        assert resolved > 1990
+
+
+def test_small_uniform_clouds_in_the_plane_rarely_show_a_gap(rng):
+    """n = 20 in d = 2 is where chance gaps are likeliest (measured: 0.3-3 % of clouds); 60 clouds, at most 6 false alarms."""
+    alarms = 0
+    for _ in range(20):
+        for cloud in (unit(rng.normal(size=(20, 2))), rng.uniform(-1, 1, (20, 2)), rng.normal(size=(20, 2))):
+            alarms += clusters.stable_cluster_count(cloud).verdict != "no structure"
+    assert alarms <= 6
+
+
+def test_the_count_depends_on_the_gap_not_on_the_units(rng):
+    x, _ = planted(rng, 5, 100, 64, 0.1, sphere=False)
+    counts = {clusters.stable_cluster_count(x * c + 3 * c).count for c in (1e-6, 1.0, 1e4)}
+    assert counts == {5}
+
+
+def test_sensitivity_two_clusters_merged_into_one_are_counted_one_fewer(rng):
+    x, labels = planted(rng, 5, 100, 576, 0.1, sphere=True)
+    assert clusters.stable_cluster_count(x, scale=2.0).count == 5
+    x[labels == 4] = unit(x[labels == 4] - x[labels == 4].mean(0) + x[labels == 3].mean(0))  # cluster 4 onto cluster 3
+    assert clusters.stable_cluster_count(x, scale=2.0).count == 4
+
+
+@pytest.mark.parametrize(("distance", "expected"), [(2.0, (85, "no structure")), (6.0, (2, "clusters"))])
+def test_a_far_point_off_a_loose_cloud_is_a_gap_not_a_structure(rng, distance, expected):
+    """Token 0 of a trained decoder's layer split off the rest by a gap 1.5x the rest's largest merge had
+    silhouette 0.32; a far point with silhouette below 0.5 is no structure, a very far one is a cluster."""
+    cloud = rng.normal(size=(84, 576)) / np.sqrt(576)  # pairwise distances about 1.41, MST edges about 1.3
+    far = np.zeros((1, 576))
+    far[0, 0] = distance
+    x = np.vstack([far, cloud])
+    st = clusters.stable_cluster_count(x)
+    assert (st.count, st.verdict) == expected
+    labels = (np.arange(85) > 0).astype(int)
+    sil = silhouette_by_loop(x, labels)
+    assert (sil >= clusters.SILHOUETTE_MIN) == (expected[1] == "clusters")
+    h = clusters.merge_heights(x)
+    assert h[-1] / h[-2] > 1.4  # in both cases a gap splits the far point off: the silhouette decides
