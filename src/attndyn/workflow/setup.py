@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from attndyn.core.dynamics import AUTO_FUSED_ENTRIES, AUTO_FUSED_N, Model
+from attndyn.core.reading import available_memory
 from attndyn.core.simulation import prepare_state
 from attndyn.core.solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
 from attndyn.core.weights import FeedForward, Weights
@@ -100,6 +100,13 @@ def save_times(s: SolverSpec) -> np.ndarray:
         ts = np.asarray(s.save_times, dtype=np.float64)
         if ts.ndim != 1 or ts.size == 0 or ts[0] != 0 or np.any(np.diff(ts) <= 0) or ts[-1] > s.t1:
             raise ConfigError("solver.save_times must start at 0, increase strictly and end at or before t1")
+        if s.dt is not None:
+            from attndyn.core.solvers import step_counts
+
+            try:  # the solver's own test, here, so that an off-grid time is a config error naming its key
+                step_counts(ts.tolist(), s.dt)
+            except ValueError as err:
+                raise ConfigError(f"solver.save_times: {err}") from None
         return ts
     if s.dt is not None:
         steps = s.t1 / s.dt
@@ -164,21 +171,6 @@ def rng_for(seed: int, role: str) -> np.random.Generator:
     d (which changes how many numbers x0 draws) leaves every other role's draws unchanged.
     """
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROLES[role],)))
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation on this machine (None when unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def estimated_bytes(config: SimulationConfig) -> int:
@@ -297,12 +289,29 @@ def build_many(configs: list[SimulationConfig]) -> list[Setup]:
     return out
 
 
+def meanfield_bytes(M: int, saves: int) -> int:
+    """A lower bound on the memory of a mean-field run: the saved densities and about 16 work
+    arrays of the grid (the solver's stages and the spectral transforms, complex)."""
+    return 8 * M * (saves + 16)
+
+
 def meanfield_setup(config: MeanFieldConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(rho0, ts)`` of a mean-field config; raises ConfigError naming the bad value."""
     from attndyn.theory.meanfield import check_density, initial_density
 
     params = {k: v for k, v in config.init.items() if k != "kind"}
     kind = config.init["kind"]
+    # estimates before work: the saves and the grid are checked before any array is made
+    saves = config.t1 / config.save_every + 1
+    if saves > 10_000_000:
+        raise ConfigError(f"t1 / save_every = {saves - 1:.4g} saves is more than 10^7; save less often")
+    values = params.get("values")
+    M = config.M if config.M is not None else len(values) if isinstance(values, list) else 0
+    need, have = meanfield_bytes(M, int(saves)), available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"M = {M} grid points with {int(saves)} saves need at least {need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB available"
+        )
     try:
         if kind == "values":
             if set(params) != {"values"}:
