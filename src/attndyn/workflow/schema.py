@@ -137,6 +137,10 @@ class SolverSpec(Strict):
     save_log: int | None = Field(default=None, ge=2)
     kappa: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_steps: int = Field(default=1_000_000, ge=1)
+    # the work a run may take, in token pairs evaluated (heads x n^2 per evaluation of the field, times
+    # the evaluations of a fixed step run): 10^13 is about 3 hours of fused attention on a CPU core
+    # and minutes on a GPU; n = 10^6 tokens of 10 RK4 steps ask 4 * 10^13 (refused before any work)
+    max_pairs: float = Field(default=1e13, gt=0)
 
     @model_validator(mode="after")
     def _check(self):

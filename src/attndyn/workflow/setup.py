@@ -195,6 +195,16 @@ def estimated_bytes(config: SimulationConfig) -> int:
     return int(weights + states + attention)
 
 
+def estimated_pairs(config: SimulationConfig) -> float:
+    """The token pairs a run evaluates, an estimate before work: heads x n^2 per evaluation of the
+    field (each pair costs O(d)), times the evaluations: a fixed step's stages times its steps, or at
+    least one step per save for adaptive stepping (a lower bound)."""
+    s = config.solver
+    stages = len(SOLVERS[s.method]().b) if s.method in SOLVERS else 7
+    steps = s.t1 / s.dt if s.dt is not None else len(save_times(s))
+    return float(config.weights.heads) * float(config.n) ** 2 * stages * steps
+
+
 def check_budget(config: SimulationConfig) -> None:
     """ConfigError before any allocation when a run cannot fit in memory or within ``max_steps``."""
     s = config.solver
@@ -202,6 +212,12 @@ def check_budget(config: SimulationConfig) -> None:
         raise ConfigError(f"solver: t1 / dt = {s.t1 / s.dt:.4g} steps exceeds solver.max_steps = {s.max_steps}; raise max_steps or the step dt")
     if s.save_every is not None and s.t1 / s.save_every > 10_000_000:
         raise ConfigError(f"solver: t1 / save_every = {s.t1 / s.save_every:.4g} saves is more than 10^7; save less often")
+    pairs = estimated_pairs(config)
+    if pairs > s.max_pairs:
+        raise ConfigError(
+            f"n = {config.n} tokens, {config.weights.heads} head(s) and the solver's evaluations come to about {pairs:.3g} token pairs, "
+            f"more than solver.max_pairs = {s.max_pairs:.3g} (hours of work); lower n or t1, or raise solver.max_pairs"
+        )
     need, have = estimated_bytes(config), available_memory()
     if have is not None and need > have:
         raise ConfigError(
