@@ -31,7 +31,7 @@ class ReportError(UserError):
 
 def read_record(folder: Path) -> dict:
     for name in ("summary.json", "result.json"):
-        if not (folder / name).is_file():
+        if not (folder / name).exists():  # a FIFO or device is refused by name when read
             raise ReportError(f"run folder {folder} is incomplete: {name} is missing (interrupted run?)")
     from attndyn.core.reading import FileRefused, read_json
 

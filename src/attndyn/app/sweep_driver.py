@@ -83,7 +83,11 @@ def run(
     out = owner.folder
     lock = _lock(out)
     owner.add(LOCK)
-    ledger = Ledger(out)
+    try:
+        ledger = Ledger(out)
+    except BaseException:  # a ledger that cannot be opened: the lock is released, not leaked
+        lock.close()
+        raise
     owner.add(LEDGER)
     start = time.perf_counter()
     try:

@@ -75,7 +75,7 @@ def judge_folder(folder: Path) -> dict:
 
     folder = Path(folder)
     summary = folder / "summary.json"
-    if not summary.is_file():
+    if not summary.exists():  # (something that is not a regular file is refused by name below)
         raise JudgeError(f"{folder} is not a complete run folder (no summary.json)")
     try:
         # tables read within bounds: a list, a FIFO or a 2000-deep nesting is refused by name

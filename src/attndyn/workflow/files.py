@@ -106,7 +106,7 @@ def load_run(folder: str | Path) -> dict:
             f"run folder {str(folder)!r} is partial ({why.get('reason', 'interrupted')} at t = {why.get('t_reached', float('nan')):.6g}); "
             "its trajectory.npz holds the saves up to then: rerun `attndyn simulate` to complete it"
         )
-    missing = [name for name in RUN_FILES if not (folder / name).is_file()]
+    missing = [name for name in RUN_FILES if not (folder / name).exists()]  # a FIFO is refused by name when read
     if missing:
         raise RunFolderError(f"run folder {str(folder)!r} is incomplete: missing {', '.join(missing)}")
     run = {
