@@ -184,7 +184,7 @@ def npz_declared(path: str | Path, what: str = "arrays file") -> dict[str, tuple
                         raise ValueError(f"unknown .npy version {version}")
                     header = fh.tell()
                 if dtype.hasobject:
-                    raise FileRefused(f"{what} {str(path)!r}: the array {name!r} holds Python objects, which attndyn never loads")
+                    raise FileRefused(f"{what} {str(path)!r}: the array {name!r} holds Python objects (a pickle), which attndyn never loads")
                 need = math.prod(int(s) for s in shape) * dtype.itemsize
                 if header + need != info.file_size:
                     raise FileRefused(
