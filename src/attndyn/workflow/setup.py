@@ -206,23 +206,24 @@ def estimated_pairs(config: SimulationConfig) -> float:
 
 
 def check_budget(config: SimulationConfig) -> None:
-    """ConfigError before any allocation when a run cannot fit in memory or within ``max_steps``."""
+    """ConfigError before any allocation when a run cannot fit in memory, within ``max_steps`` or within
+    ``max_pairs`` (the token pairs it would evaluate, :func:`estimated_pairs`)."""
     s = config.solver
     if s.dt is not None and s.t1 / s.dt > s.max_steps:
         raise ConfigError(f"solver: t1 / dt = {s.t1 / s.dt:.4g} steps exceeds solver.max_steps = {s.max_steps}; raise max_steps or the step dt")
     if s.save_every is not None and s.t1 / s.save_every > 10_000_000:
         raise ConfigError(f"solver: t1 / save_every = {s.t1 / s.save_every:.4g} saves is more than 10^7; save less often")
-    pairs = estimated_pairs(config)
-    if pairs > s.max_pairs:
-        raise ConfigError(
-            f"n = {config.n} tokens, {config.weights.heads} head(s) and the solver's evaluations come to about {pairs:.3g} token pairs, "
-            f"more than solver.max_pairs = {s.max_pairs:.3g} (hours of work); lower n or t1, or raise solver.max_pairs"
-        )
     need, have = estimated_bytes(config), available_memory()
     if have is not None and need > have:
         raise ConfigError(
             f"n = {config.n}, d = {config.d}, weights.heads = {config.weights.heads} need at least {need / 2**30:.3g} GiB "
             f"({config.model.attention} attention), more than the {have / 2**30:.3g} GiB available"
+        )
+    pairs = estimated_pairs(config)
+    if pairs > s.max_pairs:
+        raise ConfigError(
+            f"n = {config.n} tokens, weights.heads = {config.weights.heads} and the solver's evaluations come to about {pairs:.3g} token pairs, "
+            f"more than solver.max_pairs = {s.max_pairs:.3g} (hours of work); lower n or t1, or raise solver.max_pairs"
         )
 
 
