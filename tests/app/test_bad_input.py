@@ -666,11 +666,12 @@ SWEEPS = [
     (
         "ledger-folder",
         lambda w: (
-            w.sweep(),
-            (w.root / "lf" / "ledger.sqlite").mkdir(parents=True),
+            shutil.copytree(w.sweep_folder(), w.root / "lf"),
+            [p.unlink() for p in (w.root / "lf").glob("ledger.sqlite*")],
+            (w.root / "lf" / "ledger.sqlite").mkdir(),
             ["sweep", str(w.root / "sweep.toml"), "--out", str(w.root / "lf")],
         )[-1],
-        "is not a regular file",
+        "ledger.sqlite",
     ),
     ("ledger-meta-garbage-export", lambda w: ["sweep", "export", _ledger_set(w, "meta", "value", "{garbage", "lg1")], "(meta "),
     ("ledger-meta-garbage-rerun", lambda w: ["sweep", w.sweep(), "--out", _ledger_set(w, "meta", "value", "{garbage", "lg2")], "(meta "),
