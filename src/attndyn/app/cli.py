@@ -41,6 +41,12 @@ def _one_line(err: BaseException) -> str:
     return text or type(err).__name__
 
 
+def _about(path: Path, err: BaseException) -> str:
+    """An error's line prefixed with the file it is about, unless it names the file already."""
+    text = str(err)
+    return text if str(path) in text else f"{path}: {text}"
+
+
 def _interrupt(signum, frame):  # SIGTERM is handled as Ctrl-C: what finished is kept
     raise KeyboardInterrupt
 
@@ -49,8 +55,8 @@ def entry(argv: list[str] | None = None) -> int:
     """The ``attndyn`` command: runs the Typer app behind one error path; returns the exit status.
 
     Expected errors (:class:`~attndyn.core.errors.UserError`, usage errors, files that cannot be
-    read or written) print one line and exit 2; Ctrl-C or SIGTERM prints what was kept and exits
-    130; anything else is a bug: one line with a hint to rerun with ``--debug`` (the traceback), exit 1.
+    read or written or that end early, ``EOFError``) print one line and exit 2; only Ctrl-C or
+    SIGTERM prints what was kept and exits 130; anything else is a bug: one line with a hint to rerun with ``--debug`` (the traceback), exit 1.
     """
     import signal
     import sys
@@ -71,7 +77,13 @@ def entry(argv: list[str] | None = None) -> int:
         return code if isinstance(code, int) else 0
     except typer.Exit as err:
         return err.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt, EOFError) as err:
+        # Click turns an EOFError into the Abort of Ctrl-C: a file that ended early (a 0-byte
+        # arrays.npz) is a bad file, exit 2; only Ctrl-C and SIGTERM/SIGINT are interruptions
+        ended = err if isinstance(err, EOFError) else err.__cause__ or err.__context__
+        if isinstance(ended, EOFError):
+            say(f"a file ended before the data it declares (EOFError: {_one_line(ended)}); it is truncated or damaged")
+            return 2
         say("nothing more was written (what had finished is kept)", label="interrupted", style="bold yellow")
         return 130
     except UserError as err:
@@ -242,7 +254,7 @@ def simulate(
             console.print(runs.explain(cfg), markup=False, highlight=False)
             return
     except (ConfigError, ValueError) as err:
-        fail(f"{config}: {err}")
+        fail(_about(config, err))
     if out is None:
         fail("--out is required: name the run folder to write (or pass --explain to print the plan only)")
     ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
@@ -253,7 +265,7 @@ def simulate(
         with delayed_progress("simulate", cfg.solver.t1, adaptive=cfg.solver.rtol is not None and cfg.solver.method != "long") as update:
             run = runs.execute(cfg, progress=update)
     except ConfigError as err:
-        fail(f"{config}: {err}")
+        fail(_about(config, err))
     except (FloatingPointError, RuntimeError) as err:
         fail(f"simulation stopped: {err}")
     except runs.RunInterrupted as stop:
@@ -307,14 +319,14 @@ def meanfield(
         cfg = load_meanfield_config(config)
         rho0, ts = meanfield_setup(cfg)
     except ConfigError as err:
-        fail(f"{config}: {err}")
+        fail(_about(config, err))
     ownership.check(out, "meanfield")
     start = time.perf_counter()
     try:
         with delayed_progress("meanfield", float(ts[-1]), adaptive=cfg.method == "spectral") as update:
             sol = mf.solve_circle(rho0, ts, beta=cfg.beta, usa=cfg.usa, rtol=cfg.rtol, atol=cfg.atol, method=cfg.method, cfl=cfg.cfl, progress=update)
     except ValueError as err:
-        fail(f"{config}: {err}")
+        fail(_about(config, err))
     except mf.ResolutionError as err:
         err_console.print(f'stopped: {err} (or use method = "finite-volume")', highlight=False, markup=False)
         raise typer.Exit(1) from None

@@ -238,6 +238,9 @@ def _regime_sentence(r: dict) -> str:
 
 
 def prompts_from(path: Path | None) -> list[str]:
+    from attndyn.core.reading import read_bytes
     from attndyn.models.prompts import PROMPTS, read_prompts
 
+    if path is not None:  # a regular file of at most 64 MiB: a FIFO or /dev/zero is refused by name, never opened
+        read_bytes(path, "--prompts file")
     return list(PROMPTS) if path is None else read_prompts(path)

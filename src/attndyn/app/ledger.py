@@ -19,6 +19,7 @@ what changed. SQLite commits are atomic: a killed driver loses nothing and dupli
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -42,12 +43,35 @@ def encode_results(arrays: dict) -> bytes:
     return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for _, v in values)
 
 
-def decode_results(data: bytes) -> dict:
+def cell(text, where: str):
+    """A JSON cell of the ledger, parsed within bounds; :class:`SweepError` naming ``where`` when it is not
+    the JSON attndyn wrote (a damaged or edited ledger)."""
+    from attndyn.core.reading import FileRefused, loads_json
+
+    if not isinstance(text, str | bytes):
+        raise SweepError(f"{where} holds a {type(text).__name__}, not the JSON attndyn wrote; the ledger was changed by hand or damaged")
+    try:
+        return loads_json(text if isinstance(text, str) else text.decode("utf-8", "replace"), where)
+    except FileRefused as err:
+        raise SweepError(f"{err}; the ledger was changed by hand or damaged") from None
+
+
+def decode_results(data: bytes, where: str = "a ledger result") -> dict:
+    """The arrays of :func:`encode_results`; :class:`SweepError` naming ``where`` when the bytes do
+    not hold what their header declares (nothing is allocated past the bytes at hand)."""
+    if not isinstance(data, bytes) or len(data) < 4:
+        raise SweepError(f"{where} is not a result attndyn wrote ({type(data).__name__} of length {len(data)}); the ledger is damaged")
     size = int.from_bytes(data[:4], "little")
-    header = json.loads(data[4 : 4 + size])
+    header = cell(data[4 : 4 + size], where) if 4 + size <= len(data) else None
+    if not isinstance(header, dict):
+        raise SweepError(f"{where} has no readable header; the ledger is damaged")
     out, offset = {}, 4 + size
     for name, shape in header.items():
-        count = int(np.prod(shape, dtype=np.int64))
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+            raise SweepError(f"{where}: the array {name!r} has the shape {shape!r}; the ledger is damaged")
+        count = math.prod(shape)
+        if offset + 8 * count > len(data):
+            raise SweepError(f"{where}: the array {name!r} of shape {tuple(shape)} runs past the {len(data)} bytes stored; the ledger is damaged")
         out[name] = np.frombuffer(data, dtype=np.float64, count=count, offset=offset).reshape(shape).copy()
         offset += 8 * count
     return out
@@ -58,7 +82,12 @@ class Ledger:
 
     def __init__(self, folder: Path):
         self.path = Path(folder) / LEDGER
-        self.db = sqlite3.connect(self.path, timeout=30)
+        if self.path.exists() and not self.path.is_file():
+            raise SweepError(f"the ledger {self.path} is not a regular file (a folder or a device); move it away or name another folder")
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.DatabaseError as err:
+            raise SweepError(f"the ledger {self.path} cannot be opened ({err})") from None
         try:
             self._open()
         except sqlite3.DatabaseError as err:
@@ -94,7 +123,7 @@ class Ledger:
         self.db.close()
 
     def meta(self) -> dict:
-        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+        return {k: cell(v, f"{self.path} (meta {k!r})") for k, v in self.db.execute("SELECT key, value FROM meta")}
 
     def start(self, sweep: Sweep) -> None:
         """Record a new sweep, or check that the folder holds this same sweep (SweepError naming what changed)."""
@@ -194,6 +223,6 @@ def status(folder: Path, *, limit: int = 10) -> dict:
     return {
         "counts": {key: int(counts.get(key, 0)) for key in ("done", "pending", "running", "failed")},
         "total": int(sum(counts.values())),
-        "failed": [{"task": t, "point": json.loads(c), "error": e} for t, c, e in failed],
-        "unfinished": [{"task": t, "point": json.loads(c), "status": s} for t, c, s in waiting],
+        "failed": [{"task": t, "point": cell(c, f"{path} (task {t})"), "error": e} for t, c, e in failed],
+        "unfinished": [{"task": t, "point": cell(c, f"{path} (task {t})"), "status": s} for t, c, s in waiting],
     }

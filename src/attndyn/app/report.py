@@ -31,21 +31,28 @@ class ReportError(UserError):
 
 def read_record(folder: Path) -> dict:
     for name in ("summary.json", "result.json"):
-        if not (folder / name).is_file():
+        if not (folder / name).exists():  # a FIFO or device is refused by name when read
             raise ReportError(f"run folder {folder} is incomplete: {name} is missing (interrupted run?)")
-    try:
-        record = json.loads((folder / "result.json").read_text())
-        summary = json.loads((folder / "summary.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ReportError(f"run folder {folder} is corrupted: {err.__class__.__name__} reading its JSON") from None
-    if not isinstance(record, dict) or any(k not in record for k in CLAIM_KEYS):
+    from attndyn.core.reading import FileRefused, read_json
+
+    try:  # within bounds: a list, a FIFO or a deep nesting is refused by name
+        record = read_json(folder / "result.json", "run folder file")
+        summary = read_json(folder / "summary.json", "run folder file")
+    except FileRefused as err:
+        raise ReportError(f"run folder {folder} is corrupted: {err}") from None
+    if any(k not in record for k in CLAIM_KEYS):
         raise ReportError(f"run folder {folder} is corrupted: result.json lacks {[k for k in CLAIM_KEYS if k not in record]}")
+    if not isinstance(record["id"], str) or not isinstance(record["checks"], list):
+        raise ReportError(f"run folder {folder} is corrupted: its result.json's id or checks have the wrong type")
+    files = [record.get(key, []) for key in ("figures", "vectors", "movies")]
+    if not all(isinstance(names, list) for names in files):
+        raise ReportError(f"run folder {folder} is corrupted: its result.json's figures, vectors or movies are not lists")
     if summary.get("id") != record["id"] or summary.get("verdict") != record["verdict"]:
         raise ReportError(f"run folder {folder} is inconsistent: summary.json and result.json disagree")
     if record["verdict"] not in ("pass", "fail", "report", "skipped"):
         raise ReportError(f"run folder {folder} is corrupted: unknown verdict {record['verdict']!r}")
     root = folder.resolve()
-    for rel in record.get("figures", []) + record.get("vectors", []) + record.get("movies", []):
+    for rel in sum(files, []):
         if not isinstance(rel, str) or Path(rel).is_absolute() or root not in (folder / rel).resolve().parents:
             raise ReportError(f"run folder {folder} is corrupted: its result.json names the file {rel!r} outside the folder")
         if not (folder / rel).is_file():

@@ -69,6 +69,8 @@ def run(
     cluster, to ``PYTHONPATH``): a ``my_measures.py`` beside the sweep file serves as
     ``my_measures:function``. Workers of an external scheduler need the module on their own path.
     """
+    if scheduler is not None:
+        check_scheduler(scheduler)
     if allow_import:
         _importable(Path(spec_path).resolve().parent, Path.cwd())
     sweep = load_spec(spec_path)
@@ -81,7 +83,11 @@ def run(
     out = owner.folder
     lock = _lock(out)
     owner.add(LOCK)
-    ledger = Ledger(out)
+    try:
+        ledger = Ledger(out)
+    except BaseException:  # a ledger that cannot be opened: the lock is released, not leaked
+        lock.close()
+        raise
     owner.add(LEDGER)
     start = time.perf_counter()
     try:
@@ -146,6 +152,20 @@ def _in_process(sweep, todo, payload):
     """(task id, a call computing its results, its start time), one task after the other."""
     for task_id in todo:
         yield task_id, functools.partial(run_task, payload(task_id), sweep.measures, sweep.options), time.perf_counter()
+
+
+def check_scheduler(address: str) -> None:
+    """:class:`SweepError` naming ``address`` unless Dask can parse it (``tcp://host:port``), before any work."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address, strict=True)
+        if scheme in ("tcp", "tls", "ucx", "ws", "wss"):
+            host, port = parse_host_port(location)
+            if not host or not 0 < int(port) < 65536:
+                raise ValueError(f"host {host!r}, port {port} (ports are 1 to 65535)")
+    except (ValueError, TypeError) as err:
+        raise SweepError(f"--scheduler {address!r} is not a scheduler address like tcp://host:8786 ({' '.join(str(err).split())})") from None
 
 
 def _on_dask(sweep, todo, payload, workers, scheduler):

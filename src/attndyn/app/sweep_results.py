@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attndyn.app.ledger import LEDGER, Ledger, decode_results
+from attndyn.app.ledger import LEDGER, Ledger, cell, decode_results
 from attndyn.workflow import ownership
 from attndyn.workflow.schema import SweepError
 
@@ -66,14 +66,21 @@ def load(folder: str | Path) -> xr.Dataset:
         # a task is one grid point at every seed: its results fill the seed axis at that point
         place = {}
         for task_id, coords in ledger.db.execute("SELECT task_id, coords FROM tasks"):
-            coords = json.loads(coords)
+            coords = cell(coords, f"{folder / LEDGER} (task {task_id})")
             place[task_id] = tuple(slice(None) if k == "seed" else index[k][json.dumps(coords[k])] for k in keys)
         data: dict[str, np.ndarray] = {}
         for task_id, blob in ledger.db.execute("SELECT task_id, data FROM results"):
-            for name, value in decode_results(blob).items():
+            for name, value in decode_results(blob, f"{folder / LEDGER} (result of task {task_id})").items():
                 if name not in data:
                     data[name] = np.full(shape + list(value.shape[1:]), np.nan)
                 data[name][place[task_id]] = value if "seed" in keys else value[0]
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        if isinstance(err, SweepError):
+            raise
+        # cells that parse but do not fit one another (a grid value no task names, a spec without axes)
+        raise SweepError(
+            f"{folder / LEDGER} holds cells that do not fit together ({type(err).__name__}: {err}); the ledger was changed or damaged"
+        ) from None
     finally:
         ledger.close()
     names = _dims(keys)

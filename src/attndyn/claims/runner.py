@@ -70,23 +70,24 @@ def judge_folder(folder: Path) -> dict:
     Nothing is simulated: the claim module's pure ``judge(arrays, config)`` does the work, the same
     function ``reproduce`` used.
     """
-    import json
-
-    import numpy as np
-
     from attndyn.claims import EXPERIMENTS, load
     from attndyn.claims.common import verdict_of
+    from attndyn.core.reading import FileRefused, load_npz, read_json
 
     folder = Path(folder)
     summary = folder / "summary.json"
-    if not summary.is_file():
+    if not summary.exists():  # (something that is not a regular file is refused by name below)
         raise JudgeError(f"{folder} is not a complete run folder (no summary.json)")
     try:
-        claim_id = json.loads(summary.read_text())["id"]
-        config_data = json.loads((folder / "config.json").read_text())
-        recorded = json.loads((folder / "result.json").read_text())
-    except (OSError, ValueError, KeyError) as err:
+        # tables read within bounds: a list, a FIFO or a 2000-deep nesting is refused by name
+        summary_data = read_json(summary, "run folder file")
+        config_data = read_json(folder / "config.json", "run folder file")
+        recorded = read_json(folder / "result.json", "run folder file")
+    except FileRefused as err:
         raise JudgeError(f"{folder}: cannot read the run folder ({err})") from None
+    claim_id = summary_data.get("id")
+    if not isinstance(claim_id, str):
+        raise JudgeError(f"{summary}: 'id' is {claim_id!r}, not a claim id")
     if claim_id not in EXPERIMENTS:
         raise JudgeError(f"{folder}: unknown claim id {claim_id!r}")
     module = load(claim_id)
@@ -96,10 +97,9 @@ def judge_folder(folder: Path) -> dict:
         config = module.Config.model_validate(config_data)
     except ValueError as err:
         raise JudgeError(f"{folder}/config.json does not fit claim {claim_id!r}: {str(err).splitlines()[0]}") from None
-    try:
-        with np.load(folder / "arrays.npz", allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as err:
+    try:  # declared sizes checked before a read; a 0-byte file (EOFError) is a damaged file
+        arrays = load_npz(folder / "arrays.npz")
+    except FileRefused as err:
         raise JudgeError(f"{folder}/arrays.npz cannot be read ({err})") from None
     try:
         checks, info = module.judge(arrays, config)

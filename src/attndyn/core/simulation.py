@@ -95,20 +95,23 @@ class Trajectory:
     @classmethod
     def load(cls, path: str | Path) -> Trajectory:
         """A trajectory written by :meth:`save` (or a run folder's ``trajectory.npz``); float64 on the host.
-        No pickled object is ever loaded (``allow_pickle=False``)."""
-        with np.load(Path(path), allow_pickle=False) as data:
-            keys = set(data.files)
-            if not {"ts", "xs"} <= keys:
-                raise ValueError(f"{path} holds no trajectory: it lacks {sorted({'ts', 'xs'} - keys)}")
-            stats = {k.removeprefix("stats_"): int(data[k]) for k in data.files if k.startswith("stats_")}
-            return cls(
-                torch.from_numpy(np.array(data["ts"], dtype=np.float64)),
-                torch.from_numpy(np.array(data["xs"])),
-                stats,
-                torch.from_numpy(np.array(data["observed"])) if "observed" in keys else None,
-                str(data["variable"]) if "variable" in keys else "x",
-                float(data["step_size"]) if "step_size" in keys else None,
-            )
+        No pickled object is ever loaded (``allow_pickle=False``), and the declared sizes are checked
+        against memory before any array is read (:func:`attndyn.core.reading.load_npz`)."""
+        from attndyn.core.reading import load_npz
+
+        data = load_npz(path, "trajectory file")
+        keys = set(data)
+        if not {"ts", "xs"} <= keys:
+            raise ValueError(f"{path} holds no trajectory: it lacks {sorted({'ts', 'xs'} - keys)}")
+        stats = {k.removeprefix("stats_"): int(data[k]) for k in data if k.startswith("stats_")}
+        return cls(
+            torch.from_numpy(np.array(data["ts"], dtype=np.float64)),
+            torch.from_numpy(np.array(data["xs"])),
+            stats,
+            torch.from_numpy(np.array(data["observed"])) if "observed" in keys else None,
+            str(data["variable"]) if "variable" in keys else "x",
+            float(data["step_size"]) if "step_size" in keys else None,
+        )
 
     def to_xarray(self):
         """The states as an ``xarray.DataArray`` with dimensions ``(t, *batch, token, coordinate)``."""

@@ -75,18 +75,24 @@ def write_npz(path: str | Path, **arrays) -> Path:
 
 
 def read_json(path: Path) -> dict:
+    """A run folder's JSON table, read within bounds (:func:`attndyn.core.reading.read_json`)."""
+    from attndyn.core.reading import FileRefused
+    from attndyn.core.reading import read_json as bounded
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RunFolderError(f"{path} is not readable JSON ({err.__class__.__name__})") from None
+        return bounded(path, "run folder file")
+    except FileRefused as err:
+        raise RunFolderError(str(err)) from None
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """A run folder's arrays; declared sizes are checked before any array is read."""
+    from attndyn.core.reading import FileRefused, load_npz
+
     try:
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as err:  # any decoding failure (zip, header, dtype) means an unreadable file
-        raise RunFolderError(f"{path} is not a readable .npz archive ({err.__class__.__name__})") from None
+        return load_npz(path, "run folder file")
+    except FileRefused as err:
+        raise RunFolderError(str(err)) from None
 
 
 def load_run(folder: str | Path) -> dict:
@@ -100,7 +106,7 @@ def load_run(folder: str | Path) -> dict:
             f"run folder {str(folder)!r} is partial ({why.get('reason', 'interrupted')} at t = {why.get('t_reached', float('nan')):.6g}); "
             "its trajectory.npz holds the saves up to then: rerun `attndyn simulate` to complete it"
         )
-    missing = [name for name in RUN_FILES if not (folder / name).is_file()]
+    missing = [name for name in RUN_FILES if not (folder / name).exists()]  # a FIFO is refused by name when read
     if missing:
         raise RunFolderError(f"run folder {str(folder)!r} is incomplete: missing {', '.join(missing)}")
     run = {

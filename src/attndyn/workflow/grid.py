@@ -22,6 +22,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 
 
 SWEEP_KEYS = {"base", "grid", "measures", "pair_threshold", "cluster_tol"}
+# The most points one sweep may hold (a stated limit, checked before any point is made): every task is
+# validated before the first runs (about 1 ms each) and every point is a ledger row; a grid of 10^9
+# points, or of 10^6 tasks, was expanded for minutes to hours before this limit
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,11 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     for name in measures:
         if name not in MEASURES and ":" not in name:
             measure_function(name)  # raises with the known names
-    options = {"pair_threshold": float(data.get("pair_threshold", 0.999)), "cluster_tol": float(data.get("cluster_tol", 1e-3))}
+    options = {"pair_threshold": data.get("pair_threshold", 0.999), "cluster_tol": data.get("cluster_tol", 1e-3)}
+    for key, value in options.items():  # numbers as written: no conversion of strings or booleans
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise SweepError(f"{key} = {value!r} must be a number, not {type(value).__name__}")
+        options[key] = float(value)
     if not 0 < options["pair_threshold"] <= 1:
         raise SweepError(f"pair_threshold = {options['pair_threshold']} must be in (0, 1]")
     if not options["cluster_tol"] > 0:
@@ -113,6 +122,11 @@ def parse(data: dict, *, where: Path | None = None) -> Sweep:
     spec = {"base": base, "grid": grid, "axes": list(grid), "measures": measures, "options": options}
 
     keys = list(grid)
+    # an estimate before work: the grid's size is the product of its axes' lengths, each point a ledger row
+    size = math.prod(len(grid[k]) for k in keys)
+    if size > MAX_POINTS:
+        shape = " x ".join(str(len(grid[k])) for k in keys)
+        raise SweepError(f"the grid has {shape} = {size:.4g} points, more than the {MAX_POINTS} a sweep may hold; split it into sweeps")
     points, tasks, groups = [], [], {}
     ts = None
     from attndyn.workflow.setup import build

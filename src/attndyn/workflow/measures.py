@@ -100,10 +100,14 @@ def measure_function(name: str) -> Callable:
         return MEASURES[name]
     if ":" in name:
         module, _, attr = name.partition(":")
+        if not (all(part.isidentifier() for part in module.split(".")) and attr.isidentifier()):
+            raise SweepError(f"measure {name!r} is not of the form 'package.module:function' (dotted Python names)")
         try:
             function = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as err:
             raise SweepError(f"measure {name!r} cannot be imported: {err}") from None
+        except Exception as err:  # the user's module raised while it was imported: its error, not attndyn's
+            raise SweepError(f"measure {name!r}: importing {module!r} raised {type(err).__name__}: {' '.join(str(err).split())}") from None
         if not callable(function):
             raise SweepError(f"measure {name!r} is a {type(function).__name__}, not a function")
         return function

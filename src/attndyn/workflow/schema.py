@@ -17,7 +17,6 @@ G ~ N(0, scale^2), ``bbt`` B B^T with B ~ U[-scale, scale]; ``m`` rows for Q and
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +29,11 @@ from attndyn.core.threads import MAX_THREADS
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys are refused, and values are never converted (pydantic's strict mode): ``n = true``,
+    ``n = "6"`` and ``n = 6.0`` are refused, not read as 1 or 6. One conversion is kept: an integer
+    where a float is expected (``beta = 1`` for 1.0), which is exact and what TOML writers expect."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class MatrixSpec(Strict):
@@ -73,8 +76,9 @@ class WeightsSpec(Strict):
 
 class InitSpec(Strict):
     kind: Literal["uniform", "gaussian", "sphere", "array"] = "uniform"
-    low: float = -1.0
-    high: float = 1.0
+    # finite: high = inf reached numpy's uniform and came back as an OverflowError reported as a bug
+    low: float = Field(default=-1.0, allow_inf_nan=False)
+    high: float = Field(default=1.0, allow_inf_nan=False)
     std: float = Field(default=1.0, gt=0)
     values: list[list[float]] | None = None
 
@@ -86,6 +90,8 @@ class InitSpec(Strict):
             raise ValueError(f"key 'values' does not apply to init kind = {self.kind!r}")
         if self.kind == "uniform" and not self.low < self.high:
             raise ValueError(f"init low = {self.low} must be below high = {self.high}")
+        if self.kind == "uniform" and not math.isfinite(self.high - self.low):
+            raise ValueError(f"init high - low = {self.high} - {self.low} overflows a float; use a narrower range")
         return self
 
 
@@ -131,6 +137,10 @@ class SolverSpec(Strict):
     save_log: int | None = Field(default=None, ge=2)
     kappa: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_steps: int = Field(default=1_000_000, ge=1)
+    # the work a run may take, in token pairs evaluated (heads x n^2 per evaluation of the field, times
+    # the evaluations of a fixed step run): 10^13 is about 3 hours of fused attention on a CPU core
+    # and minutes on a GPU; n = 10^6 tokens of 10 RK4 steps ask 4 * 10^13 (refused before any work)
+    max_pairs: float = Field(default=1e13, gt=0)
 
     @model_validator(mode="after")
     def _check(self):
@@ -180,11 +190,31 @@ class ConfigError(UserError):
     """A config that cannot be used; the message is one readable line."""
 
 
+# pydantic's type errors of strict mode, as the type a reader expects
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a table",
+    "model_type": "a table",
+}
+_TOML_TYPE = {bool: "the boolean", int: "the integer", float: "the float", str: "the string", list: "the list", dict: "the table"}
+
+
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "config"
     msg = first["msg"].removeprefix("Value error, ")
     value = first.get("input")
+    if first["type"] in _EXPECTED:  # strict mode: no conversion, so say what was given and what is expected
+        given = "true" if value is True else "false" if value is False else repr(value)
+        if isinstance(value, list | dict) and len(repr(value)) > 60:
+            given = repr(value)[:57] + "..."
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        got = _TOML_TYPE.get(type(value), type(value).__name__)
+        return f"{loc}: expected {_EXPECTED[first['type']]}, got {got} {given} (values are not converted){more}"
     got = f" (got {value!r})" if isinstance(value, str | int | float | bool) and not msg.startswith("Field required") else ""
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     return f"{loc}: {msg}{got}{more}"
@@ -198,14 +228,15 @@ def parse_config(data: dict) -> SimulationConfig:
 
 
 def read_toml(path: str | Path) -> dict:
-    """The table of a TOML file; raises ConfigError (one line) when it is missing or not TOML."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+    """The table of a TOML file; raises ConfigError (one line) when it is missing, not a regular file
+    (a FIFO or a device is refused by name, never opened), larger than 64 MiB, not TOML, or nested
+    more than 64 tables deep (:mod:`attndyn.core.reading`)."""
+    from attndyn.core.reading import FileRefused, loads_toml, read_text
+
     try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+        return loads_toml(read_text(path, "config file"), str(path))
+    except FileRefused as err:
+        raise ConfigError(str(err)) from None
 
 
 def load_config(path: str | Path) -> SimulationConfig:
@@ -225,10 +256,11 @@ class MeanFieldConfig(Strict):
     usa: bool = False
     M: int | None = Field(default=None, ge=8)
     method: Literal["spectral", "finite-volume"] = "spectral"
-    t1: float = Field(gt=0)
-    save_every: float = Field(gt=0)
-    rtol: float = Field(default=1e-10, gt=0)
-    atol: float = Field(default=1e-12, gt=0)
+    # finite: t1 = inf passed gt=0 and asked for an endless run
+    t1: float = Field(gt=0, allow_inf_nan=False)
+    save_every: float = Field(gt=0, allow_inf_nan=False)
+    rtol: float = Field(default=1e-10, gt=0, allow_inf_nan=False)
+    atol: float = Field(default=1e-12, gt=0, allow_inf_nan=False)
     cfl: float = Field(default=0.4, gt=0, le=0.5)
     init: dict
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from attndyn.core.dynamics import AUTO_FUSED_ENTRIES, AUTO_FUSED_N, Model
+from attndyn.core.reading import available_memory
 from attndyn.core.simulation import prepare_state
 from attndyn.core.solvers import SOLVERS, AdaptiveStep, FixedStep, Tableau
 from attndyn.core.weights import FeedForward, Weights
@@ -100,6 +100,13 @@ def save_times(s: SolverSpec) -> np.ndarray:
         ts = np.asarray(s.save_times, dtype=np.float64)
         if ts.ndim != 1 or ts.size == 0 or ts[0] != 0 or np.any(np.diff(ts) <= 0) or ts[-1] > s.t1:
             raise ConfigError("solver.save_times must start at 0, increase strictly and end at or before t1")
+        if s.dt is not None:
+            from attndyn.core.solvers import step_counts
+
+            try:  # the solver's own test, here, so that an off-grid time is a config error naming its key
+                step_counts(ts.tolist(), s.dt)
+            except ValueError as err:
+                raise ConfigError(f"solver.save_times: {err}") from None
         return ts
     if s.dt is not None:
         steps = s.t1 / s.dt
@@ -166,21 +173,6 @@ def rng_for(seed: int, role: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROLES[role],)))
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation on this machine (None when unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def estimated_bytes(config: SimulationConfig) -> int:
     """A lower bound on the memory a run of ``config`` needs: the weights, the saved states, the
     solver's stages, and the n x n attention of the dense kernel (O(n d) for the fused one)."""
@@ -203,8 +195,19 @@ def estimated_bytes(config: SimulationConfig) -> int:
     return int(weights + states + attention)
 
 
+def estimated_pairs(config: SimulationConfig) -> float:
+    """The token pairs a run evaluates, an estimate before work: heads x n^2 per evaluation of the
+    field (each pair costs O(d)), times the evaluations: a fixed step's stages times its steps, or at
+    least one step per save for adaptive stepping (a lower bound)."""
+    s = config.solver
+    stages = len(SOLVERS[s.method]().b) if s.method in SOLVERS else 7
+    steps = s.t1 / s.dt if s.dt is not None else len(save_times(s))
+    return float(config.weights.heads) * float(config.n) ** 2 * stages * steps
+
+
 def check_budget(config: SimulationConfig) -> None:
-    """ConfigError before any allocation when a run cannot fit in memory or within ``max_steps``."""
+    """ConfigError before any allocation when a run cannot fit in memory, within ``max_steps`` or within
+    ``max_pairs`` (the token pairs it would evaluate, :func:`estimated_pairs`)."""
     s = config.solver
     if s.dt is not None and s.t1 / s.dt > s.max_steps:
         raise ConfigError(f"solver: t1 / dt = {s.t1 / s.dt:.4g} steps exceeds solver.max_steps = {s.max_steps}; raise max_steps or the step dt")
@@ -215,6 +218,12 @@ def check_budget(config: SimulationConfig) -> None:
         raise ConfigError(
             f"n = {config.n}, d = {config.d}, weights.heads = {config.weights.heads} need at least {need / 2**30:.3g} GiB "
             f"({config.model.attention} attention), more than the {have / 2**30:.3g} GiB available"
+        )
+    pairs = estimated_pairs(config)
+    if pairs > s.max_pairs:
+        raise ConfigError(
+            f"n = {config.n} tokens, weights.heads = {config.weights.heads} and the solver's evaluations come to about {pairs:.3g} token pairs, "
+            f"more than solver.max_pairs = {s.max_pairs:.3g} (hours of work); lower n or t1, or raise solver.max_pairs"
         )
 
 
@@ -297,12 +306,29 @@ def build_many(configs: list[SimulationConfig]) -> list[Setup]:
     return out
 
 
+def meanfield_bytes(M: int, saves: int) -> int:
+    """A lower bound on the memory of a mean-field run: the saved densities and about 16 work
+    arrays of the grid (the solver's stages and the spectral transforms, complex)."""
+    return 8 * M * (saves + 16)
+
+
 def meanfield_setup(config: MeanFieldConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(rho0, ts)`` of a mean-field config; raises ConfigError naming the bad value."""
     from attndyn.theory.meanfield import check_density, initial_density
 
     params = {k: v for k, v in config.init.items() if k != "kind"}
     kind = config.init["kind"]
+    # estimates before work: the saves and the grid are checked before any array is made
+    saves = config.t1 / config.save_every + 1
+    if saves > 10_000_000:
+        raise ConfigError(f"t1 / save_every = {saves - 1:.4g} saves is more than 10^7; save less often")
+    values = params.get("values")
+    M = config.M if config.M is not None else len(values) if isinstance(values, list) else 0
+    need, have = meanfield_bytes(M, int(saves)), available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"M = {M} grid points with {int(saves)} saves need at least {need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB available"
+        )
     try:
         if kind == "values":
             if set(params) != {"values"}:
