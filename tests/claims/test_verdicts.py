@@ -768,6 +768,26 @@ def test_metastability_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
     assert failing(judged(cid, a), "largest logit gap")
+    a = copy_arrays(cid)
+    for key in ("mass_merge_t0", "mass_merge_t_tight0"):  # the unequal-mass merge 1e-6 late in ln t, in both tolerance runs
+        a[key][-1] *= 1 + 1e-6
+    assert failing(judged(cid, a), "unequal masses")
+
+
+def test_metastability_judges_the_law_s_mass_factor(monkeypatch):
+    """Issue 33, finding 6: with the two-cluster law's masses replaced by equal ones (k = 2 in place of
+    m_b/m_a + m_a/m_b), the unequal-mass merge is off by ln(5/4) = 0.22 and its check fails; the random
+    starts' judged SA merges, all equal-mass, cannot see it."""
+    cid = "metastability"
+    law = theory.pair_log_time
+    checks = judged(cid, copy_arrays(cid))
+    name = next(n for n in checks if n.startswith("unequal masses"))
+    assert checks[name].passed is True
+    assert checks[name].n_judged == 1
+    masses = [m["masses"] for m in load(cid).merge_table(copy_arrays(cid), tiny_config(cid), "mass_") if np.isfinite(m["law"])]
+    assert sorted(masses[0]) == [1, 2]
+    monkeypatch.setattr(theory, "pair_log_time", lambda beta, c0, ma, mb, **kw: law(beta, c0, 1, 1, **kw))
+    assert failing(judged(cid, copy_arrays(cid)), "unequal masses")
 
 
 def test_gaussian_mean_field_checks_fail_on_violations():
