@@ -598,6 +598,7 @@ FUNCTION_OF = {
     "gaussian-mean-field": "test_gaussian_mean_field_checks_fail_on_violations",
     "causal-position-bias": "test_causal_position_bias_checks_fail_on_violations",
     "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
+    "sinks": "test_sinks_checks_fail_on_violations",
 }
 
 
@@ -867,3 +868,18 @@ def test_rank_collapse_checks_fail_on_violations():
     checks = judged(cid, a)
     assert failing(checks, "sigma = 0.5: bulk moments")
     assert failing(checks, "sigma = 1: bulk moments")
+
+
+def test_sinks_checks_fail_on_violations():
+    """Issue 33, finding 9: the exact identities are judged (to rounding), not reported."""
+    cid = "sinks"
+    a = copy_arrays(cid)
+    a["drift_unnormalized"][-1] = 1e-12  # USA's other tokens at the largest b 1e-12 off b = 0's
+    assert failing(judged(cid, a), "USA: max |x_i(t; b)")
+    moved = {}
+    for flow in ("softmax", "unnormalized"):
+        a = copy_arrays(cid)
+        a[f"sink_{flow}"][0] = 1e-12  # the sink moved
+        moved[flow] = judged(cid, a)
+    assert failing(moved["softmax"], "softmax: the sink never moves")
+    assert failing(moved["unnormalized"], "USA: the sink never moves")
