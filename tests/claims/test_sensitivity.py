@@ -32,6 +32,10 @@ SENSITIVITY = {
         ({"beta_factor": 1 + 1e-4}, {}, ["pairing at beta = 100: max |c(s) - exact"]),
         ({"betas": [30.0, 400.0]}, {}, ["largest logit gap"]),
     ],
+    "sinks": [
+        ({"sink_value": 1e-9}, {}, ["USA: max |x_i(t; b)"]),
+        ({"mask": "full"}, {}, ["softmax: the sink never moves", "USA: the sink never moves"]),
+    ],
     "phase-diagram": [
         ({"time_shift": 0.2}, {}, ["every beta: |t50 - t*|"]),
         ({"time_shift": -0.2}, {}, ["every beta: |t50 - t*|"]),
@@ -134,12 +138,15 @@ SENSITIVITY = {
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
+        ({"softmax_beta_factor": 0.98}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
+        ({"softmax_beta_factor": 1.02}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
+        # two knobs on disjoint runs and checks (Euler moves only the softmax particles, the linear factor only linear attention)
         (
-            {"particle_beta_factor": 0.95},
+            {"solver": "euler", "linear_beta_factor": 1 + 1e-9},
             {},
-            ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle", "linear attention: |C' - 2 beta C^2|", "linear attention: |C(t) - C0"],
+            ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]
+            + ["linear attention: |C' - 2 beta C^2|", "linear attention: |C(t) - C0"],
         ),
-        ({"solver": "euler"}, {}, ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]),
     ],
     CPB: [
         ({"beta": 1e-6}, {}, ["beta = 0: Euler steps", "beta = 0: RK4 steps", "beta = 0: adaptive flow"]),
