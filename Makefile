@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench lint gpu-check clean
+.PHONY: demo test docs bench lint gpu-check seeds clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/meanfield.py
 	$(PY) benchmarks/sweep.py
 	$(PY) benchmarks/schemes.py
+
+# False alarms over seeds (not a CI step; hours on two cores): every pass/fail claim at quick size
+# over SEEDS, JOBS worker processes, a table of claim x failing seeds and runs/seeds/seeds.json.
+SEEDS ?= 0-29
+JOBS  ?= 1
+seeds: $(STAMP)
+	$(PY) benchmarks/seeds.py --seeds $(SEEDS) --jobs $(JOBS) --out runs/seeds $(if $(CLAIMS),--claims $(CLAIMS))
 
 clean:
 	rm -rf $(VENV) runs report site .pytest_cache

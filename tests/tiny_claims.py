@@ -46,7 +46,7 @@ TINY = {
     "noisy": {"n": 32, "seeds": 2, "window": 4.0, "kappas": [1.0, 4.0]},
     "trained-spectra": {},
     "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},
-    "gaussian-mean-field": {"n": 512, "seeds": 16},
+    "gaussian-mean-field": {"n": 1024, "seeds": 32, "dt": 0.125},  # the quick size: the 2 % power is stated there
     "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
     "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},

@@ -19,12 +19,22 @@ MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization
 
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
+# metastability's USA runs at their quick size (the authors' start is fixed: the seed does not enter them)
+QUICK_USA = {"usa_betas": load("metastability").QUICK["usa_betas"], "saves": load("metastability").QUICK["saves"]}
+
 SENSITIVITY = {
     "metastability": [
-        ({"beta_factor": 1 + 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start"]),
-        ({"beta_factor": 1 - 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start"]),
+        ({"beta_factor": 1 + 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start", "unequal masses"]),
+        ({"beta_factor": 1 - 1e-9}, {}, ["plateau lengths: |ln", "USA (the authors' start", "unequal masses"]),
+        # the USA power at the quick size the README quotes (its betas 500, 2000 judge shorter plateaus than 500, 1000)
+        ({"beta_factor": 1 + 3e-9} | QUICK_USA, {}, ["USA (the authors' start"]),
+        ({"beta_factor": 1 - 3e-9} | QUICK_USA, {}, ["USA (the authors' start"]),
         ({"beta_factor": 1 + 1e-4}, {}, ["pairing at beta = 100: max |c(s) - exact"]),
         ({"betas": [30.0, 400.0]}, {}, ["largest logit gap"]),
+    ],
+    "sinks": [
+        ({"sink_value": 1e-9}, {}, ["USA: max |x_i(t; b)"]),
+        ({"mask": "full"}, {}, ["softmax: the sink never moves", "USA: the sink never moves"]),
     ],
     "phase-diagram": [
         ({"time_shift": 0.2}, {}, ["every beta: |t50 - t*|"]),
@@ -128,12 +138,15 @@ SENSITIVITY = {
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
+        ({"softmax_beta_factor": 0.98}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
+        ({"softmax_beta_factor": 1.02}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
+        # two knobs on disjoint runs and checks (Euler moves only the softmax particles, the linear factor only linear attention)
         (
-            {"particle_beta_factor": 0.95},
+            {"solver": "euler", "linear_beta_factor": 1 + 1e-9},
             {},
-            ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle", "linear attention: |C' - 2 beta C^2|", "linear attention: |C(t) - C0"],
+            ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]
+            + ["linear attention: |C' - 2 beta C^2|", "linear attention: |C(t) - C0"],
         ),
-        ({"solver": "euler"}, {}, ["Q = K = V = I: integration error", "non-symmetric Q, K, V: integration error"]),
     ],
     CPB: [
         ({"beta": 1e-6}, {}, ["beta = 0: Euler steps", "beta = 0: RK4 steps", "beta = 0: adaptive flow"]),

@@ -615,6 +615,7 @@ FUNCTION_OF = {
     "gaussian-mean-field": "test_gaussian_mean_field_checks_fail_on_violations",
     "causal-position-bias": "test_causal_position_bias_checks_fail_on_violations",
     "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
+    "sinks": "test_sinks_checks_fail_on_violations",
 }
 
 
@@ -785,6 +786,26 @@ def test_metastability_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
     assert failing(judged(cid, a), "largest logit gap")
+    a = copy_arrays(cid)
+    for key in ("mass_merge_t0", "mass_merge_t_tight0"):  # the unequal-mass merge 1e-6 late in ln t, in both tolerance runs
+        a[key][-1] *= 1 + 1e-6
+    assert failing(judged(cid, a), "unequal masses")
+
+
+def test_metastability_judges_the_law_s_mass_factor(monkeypatch):
+    """Issue 33, finding 6: with the two-cluster law's masses replaced by equal ones (k = 2 in place of
+    m_b/m_a + m_a/m_b), the unequal-mass merge is off by ln(5/4) = 0.22 and its check fails; the random
+    starts' judged SA merges, all equal-mass, cannot see it."""
+    cid = "metastability"
+    law = theory.pair_log_time
+    checks = judged(cid, copy_arrays(cid))
+    name = next(n for n in checks if n.startswith("unequal masses"))
+    assert checks[name].passed is True
+    assert checks[name].n_judged == 1
+    masses = [m["masses"] for m in load(cid).merge_table(copy_arrays(cid), tiny_config(cid), "mass_") if np.isfinite(m["law"])]
+    assert sorted(masses[0]) == [1, 2]
+    monkeypatch.setattr(theory, "pair_log_time", lambda beta, c0, ma, mb, **kw: law(beta, c0, 1, 1, **kw))
+    assert failing(judged(cid, copy_arrays(cid)), "unequal masses")
 
 
 def test_gaussian_mean_field_checks_fail_on_violations():
@@ -864,3 +885,18 @@ def test_rank_collapse_checks_fail_on_violations():
     checks = judged(cid, a)
     assert failing(checks, "sigma = 0.5: bulk moments")
     assert failing(checks, "sigma = 1: bulk moments")
+
+
+def test_sinks_checks_fail_on_violations():
+    """Issue 33, finding 9: the exact identities are judged (to rounding), not reported."""
+    cid = "sinks"
+    a = copy_arrays(cid)
+    a["drift_unnormalized"][-1] = 1e-12  # USA's other tokens at the largest b 1e-12 off b = 0's
+    assert failing(judged(cid, a), "USA: max |x_i(t; b)")
+    moved = {}
+    for flow in ("softmax", "unnormalized"):
+        a = copy_arrays(cid)
+        a[f"sink_{flow}"][0] = 1e-12  # the sink moved
+        moved[flow] = judged(cid, a)
+    assert failing(moved["softmax"], "softmax: the sink never moves")
+    assert failing(moved["unnormalized"], "USA: the sink never moves")

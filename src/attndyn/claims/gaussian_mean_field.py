@@ -35,7 +35,8 @@ CLAIM = ClaimInfo(
     hypotheses=(
         "d = 2, beta = 1, m0 = (0.3, -0.1), S0 = diag(0.2, 0.05) (t* = 2.5); starts are scrambled Sobol points mapped through "
         "the Gaussian quantile (randomised quasi-Monte Carlo: each system is an independent, unbiased replicate with a "
-        "small sampling error); RK4. The non-symmetric case has |K^T Q - Q^T K| up to 1.2 and its moment ODE blows up at t = 2.56."
+        "small sampling error); RK4; the USA contrast on 16 systems of 512 tokens. The non-symmetric "
+        "case has |K^T Q - Q^T K| up to 1.2 and its moment ODE blows up at t = 2.56."
     ),
     kind="pass/fail",
 )
@@ -50,8 +51,10 @@ class Config(ExperimentConfig):
     solver: Literal["rk4", "euler"] = "rk4"
     saves: int = 11
     family_alpha: float = 1e-3  # family-wise false-fail probability of the z-score band
-    # multiplies beta in the particle runs only: 1 is the claim; the sensitivity tests set 0.95
-    particle_beta_factor: float = 1.0
+    # the perturbations the sensitivity tests make, one knob per model: beta times softmax_beta_factor in the softmax
+    # particle runs (and the USA contrast), times linear_beta_factor in the linear-attention runs; the judge uses beta
+    softmax_beta_factor: float = 1.0
+    linear_beta_factor: float = 1.0
 
     @field_validator("n")
     @classmethod
@@ -64,14 +67,18 @@ class Config(ExperimentConfig):
         return n
 
 
-QUICK = {"n": 512, "seeds": 16}
+# 32 systems of 1024 tokens resolve a 2 % beta error in the softmax runs (z about 6.5-13.6 against a band of 5.3 at
+# seed 0; 16 of 512 gave 5.7 against 6.5); RK4 at dt = 0.125 keeps its error below 1 % of the standard error
+QUICK = {"n": 1024, "seeds": 32, "dt": 0.125}
 M0 = np.array([0.3, -0.1])
 S0 = np.diag([0.2, 0.05])
 ENTRIES = ("m1", "m2", "S11", "S12", "S22")
 USA_FRACTION = 0.05
 LINEAR_SYSTEMS, LINEAR_TOKENS = 2, 256  # the identity holds at every n: a few small systems suffice
+USA_SYSTEMS, USA_TOKENS = 16, 512  # the contrast (reported) on a balanced Sobol prefix of the starts
 ROUNDING = 64 * float(np.finfo(np.float64).eps)
-DETECTS = "beta off by 5 % in the particle dynamics (beta = 0.95 against the ODE at beta = 1)"
+DETECTS = "beta off by 2 % either way in the softmax particle runs (the ODE at beta = 1), at the quick size (32 systems of 1024 tokens)"
+DETECTS_LINEAR = "beta off by 1e-9 in the linear-attention runs"
 
 
 def general_weights() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,7 +124,7 @@ def run(config: Config) -> Result:
     T = config.fraction * t_star
     ts = np.linspace(0.0, T, config.saves)
     x0 = starts(config.n, config.seeds, config.seed)
-    beta_p = config.beta * config.particle_beta_factor
+    beta_p = config.beta * config.softmax_beta_factor
     arrays: dict[str, np.ndarray] = {"ts": ts}
     for k, (Q, K, V) in enumerate(CASES.values()):
         model = ad.Model(ad.Weights(Q, K, V), beta=beta_p)
@@ -130,7 +137,7 @@ def run(config: Config) -> Result:
     # USA from the same starts: its outlying tokens run away in finite time (e^{beta <x, y>} without the
     # denominator grows faster than linearly in |x|), so it is shown over a shorter horizon
     # linear attention: the exact finite-n covariance identity, on a few systems
-    linear = ad.Model(ad.Weights.identity(2), beta=beta_p, normalization="linear")
+    linear = ad.Model(ad.Weights.identity(2), beta=config.beta * config.linear_beta_factor, normalization="linear")
     xl = x0[:LINEAR_SYSTEMS, :LINEAR_TOKENS]
     for name, rtol in (("linear", 1e-11), ("linear_fine", 1e-12)):
         traj = ad.simulate(linear, xl, ts, solver=ad.Dopri5(), step=ad.AdaptiveStep(rtol=rtol, atol=rtol * 1e-2), max_steps=10_000_000)
@@ -138,7 +145,16 @@ def run(config: Config) -> Result:
     arrays["linear_velocity"] = ad.velocity(0.0, arrays["linear"], linear)
     usa = ad.Model(ad.Weights.identity(2), beta=beta_p, normalization="unnormalized")
     ts_usa = np.linspace(0.0, USA_FRACTION * t_star, 6)
-    xs = _simulate(usa, x0, ts_usa, ts_usa[1] / 4)
+    # system by system: at some seeds a system's outlying tokens overflow before t*/20 (seeds 1 and 2 at the quick size);
+    # those systems are the contrast too, counted and left out of the moments
+    finite, runaway = [], 0
+    for system in x0[:USA_SYSTEMS, :USA_TOKENS]:
+        try:
+            finite.append(_simulate(usa, system, ts_usa, ts_usa[1] / 4))
+        except FloatingPointError:
+            runaway += 1
+    xs = np.stack(finite, 1) if finite else np.full((len(ts_usa), 0, USA_TOKENS, 2), np.nan)
+    arrays["usa_runaway"] = np.array([runaway, USA_SYSTEMS])
     arrays["ts_usa"] = ts_usa
     arrays["moments_usa"] = moments(xs)
     arrays["theory_usa"] = theory_moments(*CASES["Q = K = V = I"], config.beta, ts_usa)
@@ -201,7 +217,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     identity = np.abs(Cdot - 2 * config.beta * C @ C).max((-1, -2)) / np.abs(2 * config.beta * C @ C).max((-1, -2))
     where = [f"t = {t:.3g}, system {k}" for t in ts for k in range(C.shape[1])]
     checks["linear attention: |C' - 2 beta C^2| / |2 beta C^2| of the engine's field, every save and system"] = every_within(
-        identity.ravel(), 0.0, ROUNDING, "the identity is exact at every n: the budget is rounding (64 eps)", cases=where, detects=DETECTS
+        identity.ravel(), 0.0, ROUNDING, "the identity is exact at every n: the budget is rounding (64 eps)", cases=where, detects=DETECTS_LINEAR
     )
     eye = np.eye(2)
     C0 = C[0]
@@ -215,13 +231,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         budget,
         "budget: 3x the difference to a run at 10x tighter tolerance (Dopri5 rtol 1e-11 vs 1e-12)",
         cases=where,
-        detects=DETECTS,
+        detects=DETECTS_LINEAR,
     )
-    zu, _ = zscores(arrays["moments_usa"], arrays["theory_usa"]) if arrays["moments_usa"].ndim == 3 else (np.full((1, 1), np.nan), None)
+    mu = arrays["moments_usa"]
+    zu, _ = zscores(mu, arrays["theory_usa"]) if mu.ndim == 3 and mu.shape[1] >= 2 else (np.full((1, 1), np.nan), None)
+    runaway, systems = (int(v) for v in arrays.get("usa_runaway", np.array([0, mu.shape[1] if mu.ndim == 3 else 0])))
     checks["USA contrast (not judged): max |moment - Gaussian ODE| / standard error"] = report(
-        float(np.abs(zu[1:]).max()) if zu.shape[0] > 1 else float("nan"), "the unnormalised model does not keep Gaussians Gaussian"
+        float(np.abs(zu[1:]).max()) if zu.shape[0] > 1 else float("nan"),
+        f"the unnormalised model does not keep Gaussians Gaussian; {runaway} of {systems} systems overflowed (ran away) before t*/20",
     )
-    checks["USA contrast: excess kurtosis of x_1 at t*/20 (0 for a Gaussian)"] = report(float(np.median(arrays["kurtosis_usa"])))
+    kurtosis = arrays["kurtosis_usa"]
+    checks["USA contrast: excess kurtosis of x_1 at t*/20 (0 for a Gaussian)"] = report(float(np.median(kurtosis)) if kurtosis.size else float("nan"))
     return checks, info
 
 

@@ -4,9 +4,10 @@ under softmax and not under the unnormalised model (Gu et al., arXiv 2410.10781)
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 import attndyn as ad
-from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, report
+from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, every_within, report
 from attndyn.workflow import plots
 
 CLAIM = ClaimInfo(
@@ -18,14 +19,16 @@ CLAIM = ClaimInfo(
         "particle model this is a leader with no value: token 0 sits at e_4, the value matrix V = diag(1, 1, 1, 0) sends it "
         "to zero, and a key bias b is added to every query's logit for it. With the causal mask the sink never moves. Under "
         "softmax the bias takes attention from the other tokens, so they cluster later; under the unnormalised model (USA) the "
-        "other weights do not change, so their trajectories are exactly those of b = 0. Reported, per b: the sink rate (the "
+        "other weights do not change, so their trajectories are exactly those of b = 0. Judged (exact identities, to rounding: "
+        "64 eps): under USA the other tokens' paths at every b equal b = 0's at every save and system; under both flows and "
+        "every b the sink never moves. Reported, per b: the sink rate (the "
         "fraction of systems whose mean attention share on token 0 exceeds 0.3, Gu et al.'s threshold), the mean attention "
         "entropy, and the median time t* until the other tokens form one cluster (1 - cos < 1e-3 for every pair)."
     ),
     hypotheses=(
         "S^3 (post-LN), causal mask, Q = K = I, V = diag(1, 1, 1, 0), beta = 1, n = 24 tokens uniform on the S^2 of e_4's complement plus the sink."
     ),
-    kind="report",
+    kind="pass/fail",
 )
 
 
@@ -38,10 +41,18 @@ class Config(ExperimentConfig):
     saves: int = 241
     cluster_tol: float = 1e-3
     sink_threshold: float = 0.3
+    # the perturbations the sensitivity tests make: the sink's value (V's last diagonal entry; the claim's is 0) and the mask
+    sink_value: float = Field(0.0, ge=0)
+    mask: str = Field("causal", pattern="^(causal|full)$")
 
 
 QUICK = {"systems": 8}
 FLOWS = ("softmax", "unnormalized")
+ROUNDING = 64 * float(np.finfo(np.float64).eps)  # the identities are exact: their budget is rounding on unit tokens
+DETECTS_USA = "a sink value of 1e-9 (V = diag(1, 1, 1, 1e-9))"
+NOTE_USA = "exact: the sink has no value and USA takes no weight from the others"
+NOTE_SINK = "exact: under the causal mask token 0 attends only to itself, and V x_0 = 0"
+DETECTS_SINK = "the full mask in place of the causal one (the sink then attends to the others)"
 
 
 def starts(config: Config, rng: np.random.Generator) -> np.ndarray:
@@ -54,8 +65,8 @@ def starts(config: Config, rng: np.random.Generator) -> np.ndarray:
 
 
 def model(config: Config, flow: str, b: float) -> ad.Model:
-    W = ad.Weights(np.eye(4), np.eye(4), np.diag([1.0, 1.0, 1.0, 0.0]))
-    return ad.Model(W, beta=config.beta, geometry="sphere", mask="causal", normalization=flow, sink_bias=b)
+    W = ad.Weights(np.eye(4), np.eye(4), np.diag([1.0, 1.0, 1.0, config.sink_value]))
+    return ad.Model(W, beta=config.beta, geometry="sphere", mask=config.mask, normalization=flow, sink_bias=b)
 
 
 def first_cluster_time(ts: np.ndarray, xs: np.ndarray, tol: float) -> np.ndarray:
@@ -86,7 +97,7 @@ def run(config: Config) -> Result:
     ts = np.linspace(0.0, config.T, config.saves)
     arrays = {"biases": np.array(config.biases), "ts": ts}
     for flow in FLOWS:
-        tstar, share0, ent0, drift = [], [], [], []
+        tstar, share0, ent0, drift, sink = [], [], [], [], []
         base = None
         for b in config.biases:
             m = model(config, flow, b)
@@ -97,10 +108,12 @@ def run(config: Config) -> Result:
             ent0.append(entropy(A))
             base = xs if base is None else base
             drift.append(float(np.abs(xs[:, :, 1:] - base[:, :, 1:]).max()))
+            sink.append(float(np.abs(xs[:, :, 0] - x0[:, 0]).max()))
         arrays[f"tstar_{flow}"] = np.array(tstar)
         arrays[f"share_{flow}"] = np.array(share0)
         arrays[f"entropy_{flow}"] = np.array(ent0)
         arrays[f"drift_{flow}"] = np.array(drift)
+        arrays[f"sink_{flow}"] = np.array(sink)
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
 
@@ -118,8 +131,27 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
                 med / t0 if np.isfinite(med) and np.isfinite(t0) else float("inf"),
                 f"t* = {med:.3g} (inf: not one cluster by T); sink rate {rate:.2f}; entropy {float(arrays[f'entropy_{flow}'][k].mean()):.3g}",
             )
-        checks[f"{name}: largest change of the other tokens' trajectories over b"] = report(
-            float(arrays[f"drift_{flow}"].max()), "0 for USA: the sink has no value and takes no weight from the others"
+        cases = [f"b = {b:g}" for b in arrays["biases"]]
+        if flow == "unnormalized":
+            checks["USA: max |x_i(t; b) - x_i(t; 0)| over the other tokens, saves and systems, every b"] = every_within(
+                arrays[f"drift_{flow}"],
+                0.0,
+                ROUNDING,
+                "exact: the sink has no value and USA takes no weight from the others",
+                cases=cases,
+                detects=DETECTS_USA,
+            )
+        else:
+            checks[f"{name}: largest change of the other tokens' trajectories over b"] = report(
+                float(arrays[f"drift_{flow}"].max()), "nonzero under softmax: the bias takes weight from the others"
+            )
+        checks[f"{name}: the sink never moves: max |x_0(t) - x_0(0)| over saves and systems, every b"] = every_within(
+            arrays[f"sink_{flow}"],
+            0.0,
+            ROUNDING,
+            "exact: under the causal mask token 0 attends only to itself, and V x_0 = 0",
+            cases=cases,
+            detects=DETECTS_SINK,
         )
     return checks, {}
 
