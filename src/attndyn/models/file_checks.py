@@ -146,6 +146,15 @@ def display_name(name: str) -> str:
     return " ".join(text.split())[:200] or "model"
 
 
+def visible(text: str) -> str:
+    """A token string from a file as shown in a page or a label: control, format (bidirectional overrides,
+    zero-width characters) and line-separator characters written as ``\\uXXXX`` escapes, so that a token
+    cannot reorder or break the text around it (pages still HTML-escape it)."""
+    import unicodedata
+
+    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
+
+
 # --- files -----------------------------------------------------------------------------------------
 
 
