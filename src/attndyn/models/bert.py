@@ -3,7 +3,8 @@
 Contract
 --------
 * ``load_checkpoint(path)`` reads ``config.json`` and ``model.safetensors`` (BERT, MiniLM, ALBERT
-  with its shared layer) with ``safetensors``; no pickle. A ``.bin``-only folder is refused unless
+  with its shared layer; float16 and bfloat16 widened), every key typed and every byte range checked
+  (:mod:`attndyn.models.file_checks`); no pickle. A ``.bin``-only folder is refused unless
   ``allow_pickle=True``, which loads it with ``torch.load(weights_only=True)``. Missing or
   mis-shaped tensors raise :class:`CheckpointError` naming the tensor and the shapes found.
 * Per layer, per head h (HF linear layers act as y = W x + b): Q_h = W_q[h rows] and

@@ -23,6 +23,12 @@ Contract
   added to the input embeddings (``positions="learned"``, ``pos_embed``; no RoPE), biases on every
   attention and feed-forward map, and an ungated feed-forward block ``gelu_tanh(h up^T + b_up) down^T
   + b_down`` (``gate=None``).
+* Every size and shape is checked when a :class:`Decoder` is built (heads, groups, head dimension,
+  every map, the output head against the embeddings, float and finite weights, a finite positive epsilon
+  and RoPE base): :class:`~attndyn.models.file_checks.ModelFileError` naming the source and the field.
+  ``forward`` refuses (:class:`PromptError`) token ids past the embedding, a sequence longer than the
+  context (``context``, or the learned positions) and one whose attention maps would not fit in memory,
+  before any work (:func:`check_length`).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 

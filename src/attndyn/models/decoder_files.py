@@ -24,9 +24,13 @@ Contract
   as a ``tokenizers`` BPE with byte fallback: merges from the pieces' scores, the user-defined pieces
   (runs of spaces and newlines) matched first, the control pieces special.
 
-Unknown architectures, missing tensors, wrong shapes and unsupported quantization types raise
-:class:`~attndyn.models.bert.CheckpointError` with one sentence naming the tensor or key. Nothing
-is ever unpickled.
+Untrusted files: every metadata key is typed (:data:`LLAMA_SPEC`, :data:`GPT2_SPEC`, :func:`gguf_spec`,
+checked by :func:`attndyn.models.file_checks.typed`), every tensor's shape is checked against the metadata
+before it is dequantized or widened, safetensors files are parsed with their byte ranges checked before
+any allocation (bfloat16 and float16 widened exactly), a tensor defined in two shards, a symlink out of
+the folder, non-float or non-finite weights and a tokenizer larger than the embedding are refused.
+Every refusal is a :class:`~attndyn.models.file_checks.ModelFileError` (a ``CheckpointError``, a
+``UserError``) with one sentence naming the file and the key or tensor. Nothing is ever unpickled.
 """
 
 from __future__ import annotations
