@@ -443,14 +443,14 @@ CASES = [
     ("llama-head-wrong-shape", "hf tensors (silent)", "llama", tensor("lm_head.weight", _wrong((10, D))), "lm_head.weight"),
     ("llama-q-wrong-shape", "hf tensors", "llama", tensor("model.layers.1.self_attn.q_proj.weight", _wrong((H * HD + 1, D))), "q_proj"),
     ("llama-weights-nan", "hf tensors", "llama", tensor("model.norm.weight", _nan), "model.norm.weight"),
-    ("llama-int64-weights", "hf tensors (silent)", "llama", after(_int64_weight), "I64"),
+    ("llama-int64-weights", "hf tensors (silent)", "llama", after(_int64_weight), "int64"),
     ("llama-shard-redefines", "hf tensors (silent)", "llama", after(_second_shard), "defined again"),
     # damaged safetensors headers (today: SafetensorError passed through, or the wrong tensor read)
     ("st-huge-header", "safetensors header", "llama", after(_huge_header), "header length"),
     ("st-overlap", "safetensors header", "llama", after(_st(lambda t: _st_entries(t, edit=_overlap))), "overlap"),
     ("st-past-eof", "safetensors header", "llama", after(_st(lambda t: _st_entries(t, edit=_past_eof))), "past the end"),
     ("st-unknown-dtype", "safetensors header", "llama", after(_st(lambda t: _st_entries(t, dtype="F8_E9M9"))), "dtype"),
-    ("st-bool-dtype", "safetensors header", "llama", after(_st(lambda t: _st_entries(t, dtype="BOOL"))), "floating point"),
+    ("st-bool-dtype", "safetensors header", "llama", after(_st(lambda t: _st_entries(t, dtype="BOOL"))), "BOOL"),
     # files of the folder
     ("llama-config-symlink-out", "folder links", "llama", after(_link_out("config.json")), "symlink"),
     ("llama-weights-symlink-out", "folder links", "llama", after(_link_out("model.safetensors")), "symlink"),

@@ -10,10 +10,11 @@ Contract
 * ``model_file(folder, name)``: a file of a model folder, a regular file (not a FIFO or device), and not a
   symlink that leads out of the folder.
 * ``read_safetensors(path)``: a safetensors file parsed by hand, every check before any allocation: the
-  header length against the file size, the header's JSON, each tensor's dtype (``F16``, ``BF16``, ``F32``,
-  ``F64`` only: weights are floating point), shape and byte range (inside the file, the size its shape
-  and dtype need, no two overlapping). The tensors are returned as float32 (``F16``/``BF16`` widened)
-  or float64 NumPy arrays; what they take is at most twice the file's size.
+  header length against the file size, the header's JSON, each tensor's dtype (weights ``F16``, ``BF16``,
+  ``F32``, ``F64``; integer and bool buffers are read as they are, and refused by :func:`check_tensor`
+  where a reader uses one as a weight; any other dtype is refused), shape and byte range (inside the
+  file, the size its shape and dtype need, no two overlapping). Weights are returned as float32
+  (``F16``/``BF16`` widened exactly) or float64 NumPy arrays; what they take is at most twice the file's size.
 * ``read_safetensors_shards(paths)``: several shards, each tensor defined once (a second definition
   is refused with both files named).
 * ``gguf_counts(path)``: the GGUF header's tensor and key/value counts against the file size, before the
@@ -46,7 +47,9 @@ MAX_CONTEXT = 1 << 24
 MAX_JSON_BYTES = 64 << 20  # config.json, tokenizer_config.json (a tokenizer.json may be larger)
 MAX_TOKENIZER_BYTES = 1 << 30
 MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own limit
-SAFETENSORS_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+SAFETENSORS_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}  # weights, widened to float32 (float64 stays)
+# buffers (MiniLM's position_ids): read as they are; a reader that uses one as a weight refuses it (check_tensor)
+SAFETENSORS_OTHER = {"I8": "<i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "<u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "?"}
 
 
 class ModelFileError(CheckpointError):
@@ -207,7 +210,9 @@ def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
         return raw.view("<f2").astype(np.float32)
     if dtype == "F32":
         return raw.view("<f4").astype(np.float32)
-    return raw.view("<f8").astype(np.float64)
+    if dtype == "F64":
+        return raw.view("<f8").astype(np.float64)
+    return raw.view(SAFETENSORS_OTHER[dtype]).copy()
 
 
 def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
@@ -236,13 +241,13 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
             raise ModelFileError(f"{where} is not a {{dtype, shape, data_offsets}} entry")
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in SAFETENSORS_DTYPES:
-            raise ModelFileError(f"{where} has dtype {dtype!r}; weights must be floating point ({', '.join(SAFETENSORS_DTYPES)})")
+        if dtype not in SAFETENSORS_DTYPES and dtype not in SAFETENSORS_OTHER:
+            raise ModelFileError(f"{where} has dtype {dtype!r}, which is not read (weights: {', '.join(SAFETENSORS_DTYPES)})")
         if not isinstance(shape, list) or not all(is_int(s) and 0 <= s for s in shape):
             raise ModelFileError(f"{where} has shape {shape!r}, not a list of non-negative integers")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_int(o) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
             raise ModelFileError(f"{where} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
-        need = math.prod(shape) * SAFETENSORS_DTYPES[dtype]
+        need = math.prod(shape) * (SAFETENSORS_DTYPES.get(dtype) or np.dtype(SAFETENSORS_OTHER[dtype]).itemsize)
         if offsets[1] - offsets[0] != need:
             raise ModelFileError(f"{where}: shape {shape} in {dtype} needs {need} bytes, but data_offsets {offsets} hold {offsets[1] - offsets[0]}")
         if offsets[1] > data_size:
