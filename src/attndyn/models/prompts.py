@@ -59,11 +59,28 @@ PROMPTS = (
 )
 
 
+MAX_PROMPT_BYTES = 4 << 20
+
+
 def read_prompts(path: str | Path) -> list[str]:
-    """Prompts from a text file: paragraphs separated by blank lines (lines of one paragraph joined)."""
+    """Prompts from a text file: paragraphs separated by blank lines (lines of one paragraph joined).
+
+    The file must be a regular file (a FIFO or a device such as /dev/zero is refused by name) of at most
+    ``MAX_PROMPT_BYTES``; a prompt longer than the model's context is refused by the forward pass
+    (:func:`attndyn.models.decoder.check_length`) before any work."""
+    import os
+    import stat
+
+    from attndyn.core.errors import UserError
+
+    st = os.stat(path)  # FileNotFoundError: the caller names the file
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"--prompts {str(path)!r} is not a regular file")
+    if st.st_size > MAX_PROMPT_BYTES:
+        raise UserError(f"--prompts {str(path)!r} has {st.st_size} bytes, more than the {MAX_PROMPT_BYTES >> 20} MiB a prompt file may have")
     text = Path(path).read_text(encoding="utf-8")
     paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
     prompts = [p for p in paragraphs if p]
     if not prompts:
-        raise ValueError(f"{path} holds no prompt (paragraphs separated by blank lines)")
+        raise UserError(f"{path} holds no prompt (paragraphs separated by blank lines)")
     return prompts

@@ -103,7 +103,21 @@ def _mathtext_figure(fig: Figure) -> None:
             if legend.get_title() is not None:
                 texts.append(legend.get_title())
     for t in texts:
-        t.set_text(mathtext(t.get_text()))
+        t.set_text(literal_if_unparsable(mathtext(t.get_text())))
+
+
+def literal_if_unparsable(text: str) -> str:
+    """``text``, or with every ``$`` escaped when matplotlib would read it as mathtext and cannot parse it
+    (a model's name or a token string from a file, ``$\\frac{$``, is shown as written instead of failing)."""
+    if (text.count("$") - text.count(r"\$")) % 2 or "$" not in text:
+        return text  # an odd number of unescaped dollars: matplotlib shows the text literally
+    from matplotlib.mathtext import MathTextParser
+
+    try:
+        MathTextParser("path").parse(text)
+    except ValueError:
+        return text.replace(r"\$", "$").replace("$", r"\$")
+    return text
 
 
 def save(fig: Figure, path: str | Path, *, dpi: int = 120, vector: bool = True) -> Path:
