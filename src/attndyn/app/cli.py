@@ -142,6 +142,7 @@ def main(
         fail(str(err))
 
 
+FORCE_ADOPT = "Write into a folder attndyn cannot prove it wrote: its entries are first moved into a dated folder inside it (nothing is deleted)."
 PROGRESS_DELAY = 1.0  # seconds before a run's progress appears (short runs print none)
 COLLAPSE_RATIO = 1e-4  # an adaptive step this much below the largest so far ...
 COLLAPSE_STEPS = 50  # ... for this many accepted steps in a row is a collapse
@@ -229,6 +230,7 @@ def simulate(
     config: Annotated[Path, typer.Argument(help="TOML config (see configs/).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
     movie: Annotated[bool, typer.Option("--movie", help="Also write trajectory.gif (the tokens moving; principal axes above d = 3).")] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Simulate a config and write a run folder."""
     from attndyn.workflow import ownership, runs
@@ -239,10 +241,9 @@ def simulate(
         cfg = load_config(config)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
-    marker = ownership.read_marker(out) if out.is_dir() else None
-    if movie and (out / "trajectory.gif").exists() and "trajectory.gif" not in (marker or {}).get("files", []):
-        fail(f"{out / 'trajectory.gif'} exists and was not written by attndyn; move it away or name another folder")
+    ownership.check(out, "run", force_adopt=force_adopt)  # before any work: a folder attndyn may not write into is refused now
+    if force_adopt:
+        ownership.claim(out, "run", "attndyn simulate", force_adopt=True)
     try:
         with delayed_progress("simulate", cfg.solver.t1, adaptive=cfg.solver.rtol is not None and cfg.solver.method != "long") as update:
             run = runs.execute(cfg, progress=update)
@@ -283,6 +284,7 @@ def simulate(
 def meanfield(
     config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Solve the mean-field equation on the circle.
 
@@ -302,7 +304,9 @@ def meanfield(
         rho0, ts = meanfield_setup(cfg)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    ownership.check(out, "meanfield")
+    ownership.check(out, "meanfield", force_adopt=force_adopt)
+    if force_adopt:
+        ownership.claim(out, "meanfield", "attndyn meanfield", force_adopt=True)
     start = time.perf_counter()
     try:
         with delayed_progress("meanfield", float(ts[-1]), adaptive=cfg.method == "spectral") as update:
@@ -364,6 +368,7 @@ def sweep(
     allow_import: Annotated[
         bool, typer.Option("--allow-import", help="Allow measures named 'package.module:function' (imports and runs that code).")
     ] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Run, export or plot a resumable parameter sweep (Dask).
 
@@ -415,6 +420,10 @@ def sweep(
         fail("attndyn sweep SWEEP.toml needs --out DIR")
     if workers is not None and workers < 0:
         fail(f"--workers {workers} must be >= 0")
+    if force_adopt:
+        from attndyn.workflow import ownership
+
+        ownership.claim(out, "sweep", "attndyn sweep", force_adopt=True)
     bar = Progress(
         TextColumn("sweep"),
         BarColumn(),
@@ -586,6 +595,7 @@ def reproduce(
     device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
     svg: Annotated[bool, typer.Option("--svg", help="Also write every figure as SVG (for papers; the page links them).")] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Check the claims and write the report.
 
@@ -612,7 +622,11 @@ def reproduce(
             configs[cid] = config_for(load(cid), seed=seed, quick=quick, device=device, dtype=dtype)
         except ValueError as err:
             fail(f"claim {cid}: its configuration is invalid with these options ({_one_line(err)})")
-    ownership.check(out, "report")
+    ownership.check(out, "report", force_adopt=force_adopt)
+    if force_adopt:
+        ownership.claim(out, "report", "attndyn reproduce", force_adopt=True)
+    for cid in chosen:  # every claim's run folder is checked too, before any work
+        ownership.check(out / "runs" / cid, "claim-run", option="run folder")
     others = {r["id"]: r for r in existing_runs(out) if r["id"] not in chosen}
     mismatched = [cid for cid, r in others.items() if (bool(r.get("quick")), r.get("seed")) != (quick, seed)]
     if mismatched:
@@ -622,8 +636,8 @@ def reproduce(
             f"({', '.join(mismatched[:3])}{'...' if len(mismatched) > 3 else ''}); rerun with the same options, or name another --out"
         )
     owner = ownership.claim(out, "report", "attndyn reproduce")
-    for name in ("index.html", "results.json", "preview.png"):  # the old page no longer matches its runs
-        (out / name).unlink(missing_ok=True)
+    owner.remove("index.html", "results.json", "preview.png")  # the old page no longer matches its runs
+    owner.mkdir("runs")
     start = time.perf_counter()
     bar = Progress(
         TextColumn("{task.description}", markup=False),
@@ -733,9 +747,7 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
     try:
         page = build(out, list(EXPERIMENTS))
     except ReportError as err:
-        for name in ("index.html", "results.json", "preview.png"):  # a stale page must not look current
-            if name in owner.files:
-                (out / name).unlink(missing_ok=True)
+        owner.remove("index.html", "results.json", "preview.png")  # a stale page must not look current
         fail(f"{err}; the old page was removed")
     owner.add("index.html", "results.json")
     _preview(page)
@@ -795,6 +807,7 @@ def checkpoint(
     spectra_only: Annotated[
         bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
     ] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Head spectra and dynamics of a trained checkpoint.
 
@@ -805,8 +818,12 @@ def checkpoint(
     """
     from attndyn.app.checkpoint_page import checkpoint_report
     from attndyn.models.bert import CheckpointError
+    from attndyn.workflow import ownership
 
     dev, torch_dtype = engine_options(device, dtype)
+    ownership.check(out, "checkpoint", force_adopt=force_adopt)
+    if force_adopt:
+        ownership.claim(out, "checkpoint", "attndyn checkpoint", force_adopt=True)
     if _is_decoder(path):
         record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
         if table:
@@ -824,8 +841,6 @@ def checkpoint(
     if path.lower() != "minilm" and not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
         fail(f"{path!r} is not a folder here; attndyn never downloads: a hub id needs its files on disk (config.json, *.safetensors)")
 
-    if out.exists() and not out.is_dir():
-        fail(f"--out {str(out)!r} exists and is not a folder")
     bar = _status()
     try:
         with bar:

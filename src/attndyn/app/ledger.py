@@ -19,6 +19,7 @@ what changed. SQLite commits are atomic: a killed driver loses nothing and dupli
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -58,6 +59,9 @@ class Ledger:
 
     def __init__(self, folder: Path):
         self.path = Path(folder) / LEDGER
+        for name in (LEDGER, LEDGER + "-wal", LEDGER + "-shm", LEDGER + "-journal"):
+            if os.path.islink(self.path.with_name(name)) or (os.path.lexists(self.path.with_name(name)) and not self.path.with_name(name).is_file()):
+                raise SweepError(f"{self.path.with_name(name)} is not a regular file (a link or a folder); attndyn never writes through it")
         self.db = sqlite3.connect(self.path, timeout=30)
         try:
             self._open()

@@ -79,7 +79,7 @@ def run(
         measure_function(name)  # unknown, unimportable or non-callable measures fail here, before any work
     owner = ownership.claim(out, "sweep", "attndyn sweep")
     out = owner.folder
-    lock = _lock(out)
+    lock = _lock(owner)
     owner.add(LOCK)
     ledger = Ledger(out)
     owner.add(LEDGER)
@@ -118,11 +118,13 @@ def run(
 LOCK = "driver.lock"
 
 
-def _lock(folder: Path):
-    """An exclusive lock on ``folder/driver.lock`` held for the driver's life; SweepError naming the holder."""
+def _lock(owner: ownership.Owner):
+    """An exclusive lock on ``folder/driver.lock`` held for the driver's life (never through a link);
+    SweepError naming the holder."""
     import fcntl
 
-    handle = open(folder / LOCK, "a+")  # noqa: SIM115 (held open until the sweep ends)
+    folder = owner.folder
+    handle = ownership.open_live(owner, LOCK)  # held open until the sweep ends
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
