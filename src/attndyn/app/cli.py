@@ -369,6 +369,7 @@ def sweep(
         bool, typer.Option("--allow-import", help="Allow measures named 'package.module:function' (imports and runs that code).")
     ] = False,
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Complete an incomplete ledger and recompute what it lacks.")] = False,
 ) -> None:
     """Run, export or plot a resumable parameter sweep (Dask).
 
@@ -445,7 +446,7 @@ def sweep(
             bar.console.print(f"sweep: {done} of {total} tasks done, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False)
 
     try:
-        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
+        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import, repair=repair)
     except KeyboardInterrupt:
         bar.stop()
         from attndyn.app.ledger import status

@@ -58,8 +58,12 @@ def run(
     scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     allow_import: bool = False,
+    repair: bool = False,
 ) -> Summary:
     """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring.
+
+    ``repair``: an incomplete ledger (missing tables, task rows or results) is completed and what it
+    lacks recomputed, instead of refused.
 
     ``allow_import``: measures named ``package.module:function`` import (and so run) code named in
     the sweep file; they are refused unless this is set (``--allow-import``). One driver per
@@ -81,7 +85,7 @@ def run(
     out = owner.folder
     lock = _lock(owner)
     owner.add(LOCK)
-    ledger = Ledger(out)
+    ledger = Ledger(out, repair=repair)
     owner.add(LEDGER)
     start = time.perf_counter()
     try:
