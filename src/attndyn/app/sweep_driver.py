@@ -85,7 +85,11 @@ def run(
     out = owner.folder
     lock = _lock(owner)
     owner.add(LOCK)
-    ledger = Ledger(out, repair=repair)
+    try:
+        ledger = Ledger(out, repair=repair)
+    except BaseException:
+        lock.close()
+        raise
     owner.add(LEDGER)
     start = time.perf_counter()
     try:
