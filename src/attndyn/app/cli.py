@@ -143,6 +143,22 @@ def main(
 
 
 FORCE_ADOPT = "Write into a folder attndyn cannot prove it wrote: its entries are first moved into a dated folder inside it (nothing is deleted)."
+
+
+def writable(out: Path, kind: str, writer: str, force_adopt: bool) -> None:
+    """Refuse (exit 2, one line) an --out folder attndyn may not write a ``kind`` folder into, before
+    any work; with ``--force-adopt`` a folder it cannot prove is adopted now (its entries moved into a
+    dated folder inside it)."""
+    from attndyn.workflow import ownership
+
+    try:
+        ownership.check(out, kind, force_adopt=force_adopt)
+        if force_adopt:
+            ownership.claim(out, kind, writer, force_adopt=True)
+    except ownership.OwnershipError as err:
+        fail(str(err))
+
+
 PROGRESS_DELAY = 1.0  # seconds before a run's progress appears (short runs print none)
 COLLAPSE_RATIO = 1e-4  # an adaptive step this much below the largest so far ...
 COLLAPSE_STEPS = 50  # ... for this many accepted steps in a row is a collapse
@@ -241,9 +257,7 @@ def simulate(
         cfg = load_config(config)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    ownership.check(out, "run", force_adopt=force_adopt)  # before any work: a folder attndyn may not write into is refused now
-    if force_adopt:
-        ownership.claim(out, "run", "attndyn simulate", force_adopt=True)
+    writable(out, "run", "attndyn simulate", force_adopt)  # before any work: a folder attndyn may not write into is refused now
     try:
         with delayed_progress("simulate", cfg.solver.t1, adaptive=cfg.solver.rtol is not None and cfg.solver.method != "long") as update:
             run = runs.execute(cfg, progress=update)
@@ -304,9 +318,7 @@ def meanfield(
         rho0, ts = meanfield_setup(cfg)
     except ConfigError as err:
         fail(f"{config}: {err}")
-    ownership.check(out, "meanfield", force_adopt=force_adopt)
-    if force_adopt:
-        ownership.claim(out, "meanfield", "attndyn meanfield", force_adopt=True)
+    writable(out, "meanfield", "attndyn meanfield", force_adopt)
     start = time.perf_counter()
     try:
         with delayed_progress("meanfield", float(ts[-1]), adaptive=cfg.method == "spectral") as update:
@@ -422,9 +434,7 @@ def sweep(
     if workers is not None and workers < 0:
         fail(f"--workers {workers} must be >= 0")
     if force_adopt:
-        from attndyn.workflow import ownership
-
-        ownership.claim(out, "sweep", "attndyn sweep", force_adopt=True)
+        writable(out, "sweep", "attndyn sweep", force_adopt)
     bar = Progress(
         TextColumn("sweep"),
         BarColumn(),
@@ -521,8 +531,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
         result = run_analysis(traj, run.model)
     except ValueError as err:
         fail(f"cannot analyse {str(run_dir)!r}: {err}")
-    owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
     try:
+        owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
         owner.refuse_foreign("analysis.json", "analysis.png")
     except ownership.OwnershipError as err:
         fail(str(err))
@@ -623,11 +633,12 @@ def reproduce(
             configs[cid] = config_for(load(cid), seed=seed, quick=quick, device=device, dtype=dtype)
         except ValueError as err:
             fail(f"claim {cid}: its configuration is invalid with these options ({_one_line(err)})")
-    ownership.check(out, "report", force_adopt=force_adopt)
-    if force_adopt:
-        ownership.claim(out, "report", "attndyn reproduce", force_adopt=True)
+    writable(out, "report", "attndyn reproduce", force_adopt)
     for cid in chosen:  # every claim's run folder is checked too, before any work
-        ownership.check(out / "runs" / cid, "claim-run", option="run folder")
+        try:
+            ownership.check(out / "runs" / cid, "claim-run", option="run folder")
+        except ownership.OwnershipError as err:
+            fail(str(err))
     others = {r["id"]: r for r in existing_runs(out) if r["id"] not in chosen}
     mismatched = [cid for cid, r in others.items() if (bool(r.get("quick")), r.get("seed")) != (quick, seed)]
     if mismatched:
@@ -819,12 +830,9 @@ def checkpoint(
     """
     from attndyn.app.checkpoint_page import checkpoint_report
     from attndyn.models.bert import CheckpointError
-    from attndyn.workflow import ownership
 
     dev, torch_dtype = engine_options(device, dtype)
-    ownership.check(out, "checkpoint", force_adopt=force_adopt)
-    if force_adopt:
-        ownership.claim(out, "checkpoint", "attndyn checkpoint", force_adopt=True)
+    writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
     if _is_decoder(path):
         record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
         if table:

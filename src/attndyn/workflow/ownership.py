@@ -440,7 +440,7 @@ def _disproof(folder: Path, kind: str) -> str | None:
     # an empty folder of one of its names holds nothing to lose (an interrupted run leaves figures/ so)
     foreign = [e for e in foreign if os.path.islink(folder / e) or not (folder / e).is_dir() or any((folder / e).iterdir())]
     if foreign:
-        return f"holds {_shown(foreign)}, which attndyn did not write and would overwrite"
+        return f"holds {_shown(foreign)}, which was not written by attndyn and would be overwritten"
     return None
 
 
