@@ -382,3 +382,44 @@ def test_a_world_writable_mode_is_what_the_kernel_case_sets():
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)
         assert stat.S_IMODE(os.stat(tmp).st_mode) & 0o002
+
+
+def test_the_gate_passes_only_what_attndyn_wrote_as_it_wrote_it(tmp_path):
+    """``release``: each property alone makes it refuse (sensitivity), and an untouched file passes
+    whether the record is this process's or only the marker's (as in the next run)."""
+    owner = ownership.claim(tmp_path / "o", "run", "test")
+    path = ownership.write_bytes(tmp_path / "o" / "a.json", b"{}")
+    owner.add("a.json")
+    ownership.release(path)
+    ownership._WRITTEN.clear()  # a later process: only the marker speaks
+    ownership.release(path)
+    path.write_bytes(b"{ }")
+    with pytest.raises(ownership.OwnershipError, match="changed since"):
+        ownership.release(path)
+    path.unlink()
+    (tmp_path / "elsewhere").write_bytes(b"{}")
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ownership.OwnershipError, match="symbolic link"):
+        ownership.release(path)
+    (tmp_path / "o" / "b.json").write_text("theirs")
+    with pytest.raises(ownership.OwnershipError, match="not written by attndyn"):
+        ownership.release(tmp_path / "o" / "b.json")
+    with pytest.raises(ownership.OwnershipError, match="not written by attndyn"):
+        owner.add("b.json")  # a file this process did not write is never recorded as attndyn's
+    with pytest.raises(ownership.OwnershipError):
+        ownership.write_bytes(tmp_path / "o" / "b.json", b"ours")
+    assert (tmp_path / "o" / "b.json").read_text() == "theirs"
+
+
+def test_previous_keeps_what_attndyn_did_not_put_there(tmp_path):
+    owner = ownership.claim(tmp_path / "o", "run", "test")
+    for generation in (b"1", b"2", b"3"):
+        ownership.clear(owner)
+        ownership.write_bytes(tmp_path / "o" / "summary.json", generation)
+        owner.add("summary.json")
+        if generation == b"2":
+            (tmp_path / "o" / ".previous" / "mine.txt").write_text("kept")
+    assert (tmp_path / "o" / ".previous" / "summary.json").read_bytes() == b"2"
+    assert (tmp_path / "o" / ".previous" / "mine.txt").read_text() == "kept"
+    marker = ownership.read_marker(tmp_path / "o")
+    assert marker["previous"] == {"summary.json": hashlib.sha256(b"2").hexdigest()}
