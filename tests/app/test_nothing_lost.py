@@ -57,28 +57,32 @@ def test_a_new_run_removes_the_derived_files_of_the_old_one(tmp_path):
     assert "mine.txt" not in marker["files"]
 
 
-def test_a_folder_written_before_markers_is_adopted_only_when_all_its_files_are_attndyns(tmp_path):
+def test_a_folder_that_only_looks_like_attndyns_is_refused_and_adopted_only_on_request(tmp_path):
     legacy = tmp_path / "old-run"
     legacy.mkdir()
     for name in ("config.json", "trajectory.npz", "summary.json", "trajectory.png"):
         (legacy / name).write_text("old")
-    assert ownership.claim(legacy, "run", "test").files == ["config.json", "summary.json", "trajectory.npz", "trajectory.png"]
-    mixed = tmp_path / "mixed"
-    mixed.mkdir()
-    (mixed / "summary.json").write_text("{}")
-    (mixed / "paper.pdf").write_text("%PDF")
-    with pytest.raises(ownership.OwnershipError, match="paper.pdf"):
-        ownership.claim(mixed, "run", "test")
+    before = tree_hash(legacy)
+    with pytest.raises(ownership.OwnershipError, match="--force-adopt"):
+        ownership.claim(legacy, "run", "test")
+    assert tree_hash(legacy) == before
+    owner = ownership.claim(legacy, "run", "test", force_adopt=True)
+    assert owner.files == {}
+    (adopted,) = legacy.glob("adopted-*")
+    assert tree_hash(adopted) == before  # moved, nothing deleted
+    assert sorted(p.name for p in legacy.iterdir()) == [ownership.MARKER, adopted.name]
 
 
 def test_a_marker_naming_paths_outside_its_folder_is_never_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     folder = tmp_path / "run"
-    owner = ownership.claim(folder, "run", "test")
-    owner.files = ["../victim.txt", "/etc/hostname"]
-    owner._save()
-    ownership.clear(ownership.claim(folder, "run", "test"))
+    ownership.claim(folder, "run", "test")
+    marker = json.loads((folder / ownership.MARKER).read_text())
+    marker["files"] = {"../victim.txt": ownership.digest(victim), "/etc/hostname": "0" * 64}
+    (folder / ownership.MARKER).write_text(json.dumps(marker))
+    with pytest.raises(ownership.OwnershipError, match="content hashes"):
+        ownership.claim(folder, "run", "test")
     assert victim.read_text() == "precious"
 
 

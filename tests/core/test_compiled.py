@@ -1,6 +1,7 @@
 """The compiled small-system path against the eager engine (the oracle: the same RK4 steps in torch)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,3 +305,136 @@ def test_a_tableau_named_rk4_is_compared_by_value_not_by_name(kernel, monkeypatc
     assert impostor.stats == honest.stats
     torch.testing.assert_close(impostor.xs, honest.xs, rtol=1e-13, atol=1e-14)
     assert (impostor.xs - classical.xs).abs().max().item() > 1e-11  # the two order-4 rules differ
+
+
+# ---- the kernel cache cannot be planted (issue 38, finding 5) ----
+
+PLANT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+    const char *path = getenv("ATTNDYN_PLANT_MARK");
+    if (path) { FILE *f = fopen(path, "w"); if (f) { fputs("foreign code ran\n", f); fclose(f); } }
+}
+"""
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """A constructor-only library (it writes the file $ATTNDYN_PLANT_MARK when loaded), built with cc."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to build the planted library")
+    (tmp_path / "plant.c").write_text(PLANT)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "plant.so"), str(tmp_path / "plant.c")], check=True)
+    mark = tmp_path / "ran.txt"
+    monkeypatch.setenv("ATTNDYN_PLANT_MARK", str(mark))
+    monkeypatch.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
+    monkeypatch.setattr(compiled, "_PRIVATE", None)
+    return tmp_path / "plant.so", mark, cc
+
+
+def _plant(cache, plant, cc, monkeypatch, *, side: bool):
+    """Put the planted library where the kernel of this machine lives (with a forged hash file when ``side``)."""
+    import hashlib
+    import shutil
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(cache))
+    monkeypatch.setattr(compiled, "_PRIVATE", None)
+    target = compiled.library_path(compiled.shutil.which(compiled.os.environ.get("CC", "cc")) or cc)
+    shutil.copy(plant, target)
+    if side:
+        target.with_name(target.name + ".sha256").write_text(hashlib.sha256(b"the real kernel").hexdigest() + "\n")
+    return target
+
+
+@pytest.mark.parametrize("side", [False, True], ids=["no-recorded-hash", "wrong-recorded-hash"])
+def test_a_planted_library_in_a_private_cache_is_never_loaded_and_is_rebuilt(planted, tmp_path, monkeypatch, capfd, side):
+    plant, mark, cc = planted
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    target = _plant(cache, plant, cc, monkeypatch, side=side)
+    assert compiled.library() is not None, compiled.STATUS["reason"]
+    assert not mark.exists(), "the planted library's constructor ran"
+    err = capfd.readouterr().err
+    assert f"rebuilding the compiled kernel {target.name}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert compiled.verified(target) is None
+    assert target.read_bytes() != plant.read_bytes()
+    assert compiled.STATUS["path"] == str(target)
+
+
+def test_a_world_writable_cache_folder_is_not_used(planted, tmp_path, monkeypatch, capfd):
+    plant, mark, cc = planted
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    monkeypatch.setenv("ATTNDYN_CACHE", str(cache))
+    target = compiled.library_path(compiled.shutil.which(compiled.os.environ.get("CC", "cc")) or cc)
+    monkeypatch.setattr(compiled, "_PRIVATE", None)
+    capfd.readouterr()
+    # even a planted library with a matching recorded hash: the folder itself is refused
+    import hashlib
+    import shutil
+
+    planted_target = cache / target.name
+    shutil.copy(plant, planted_target)
+    planted_target.with_name(planted_target.name + ".sha256").write_text(hashlib.sha256(plant.read_bytes()).hexdigest() + "\n")
+    assert compiled.library() is not None, compiled.STATUS["reason"]
+    assert not mark.exists(), "the planted library's constructor ran"
+    assert Path(compiled.STATUS["path"]).parent != cache
+    err = capfd.readouterr().err
+    assert "writable by" in err
+    assert str(cache) in err
+    assert len(err.strip().splitlines()) == 1
+    compiled.cache_dir()
+    assert capfd.readouterr().err == ""  # said once
+    assert planted_target.read_bytes() == plant.read_bytes()  # the shared folder is not touched either
+
+
+def test_a_damaged_library_is_rebuilt(tmp_path, monkeypatch, capfd):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("ATTNDYN_CACHE", str(cache))
+    monkeypatch.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
+    if compiled.library() is None:
+        pytest.skip(f"no compiled kernel here: {compiled.STATUS['reason']}")
+    target = Path(compiled.STATUS["path"])
+    damaged = target.with_name("damaged")
+    damaged.write_bytes(target.read_bytes()[:1000])  # truncated (a new file: the loaded one stays mapped in this process)
+    damaged.rename(target)
+    monkeypatch.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
+    capfd.readouterr()
+    assert compiled.library() is not None, compiled.STATUS["reason"]
+    assert "is not the recorded" in capfd.readouterr().err
+    assert compiled.verified(target) is None
+
+
+def test_the_cache_checks_see_each_unsafe_property(tmp_path):
+    """Sensitivity of the folder and file checks: each property alone makes them refuse."""
+    folder = tmp_path / "c"
+    folder.mkdir(mode=0o700)
+    assert compiled.unsafe_folder(folder) is None
+    folder.chmod(0o720)
+    assert "its group" in compiled.unsafe_folder(folder)
+    folder.chmod(0o702)
+    assert "others" in compiled.unsafe_folder(folder)
+    folder.chmod(0o700)
+    (tmp_path / "link").symlink_to(folder)
+    assert "symbolic link" in compiled.unsafe_folder(tmp_path / "link")
+    lib = folder / "k.so"
+    lib.write_bytes(b"x")
+    side = folder / "k.so.sha256"
+    import hashlib
+
+    side.write_text(hashlib.sha256(b"x").hexdigest())
+    assert compiled.verified(lib) is None
+    lib.chmod(0o666)
+    assert "writable by" in compiled.verified(lib)
+    lib.chmod(0o644)
+    side.unlink()
+    side.symlink_to(tmp_path / "elsewhere")
+    assert "symbolic link" in compiled.verified(lib)

@@ -154,6 +154,23 @@ def main(
         fail(str(err))
 
 
+FORCE_ADOPT = "Write into a folder attndyn cannot prove it wrote: its entries are first moved into a dated folder inside it (nothing is deleted)."
+
+
+def writable(out: Path, kind: str, writer: str, force_adopt: bool) -> None:
+    """Refuse (exit 2, one line) an --out folder attndyn may not write a ``kind`` folder into, before
+    any work; with ``--force-adopt`` a folder it cannot prove is adopted now (its entries moved into a
+    dated folder inside it)."""
+    from attndyn.workflow import ownership
+
+    try:
+        ownership.check(out, kind, force_adopt=force_adopt)
+        if force_adopt:
+            ownership.claim(out, kind, writer, force_adopt=True)
+    except ownership.OwnershipError as err:
+        fail(str(err))
+
+
 PROGRESS_DELAY = 1.0  # seconds before a run's progress appears (short runs print none)
 COLLAPSE_RATIO = 1e-4  # an adaptive step this much below the largest so far ...
 COLLAPSE_STEPS = 50  # ... for this many accepted steps in a row is a collapse
@@ -242,6 +259,7 @@ def simulate(
     out: Annotated[Path | None, typer.Option("--out", help="Run folder to write (required unless --explain).")] = None,
     movie: Annotated[bool, typer.Option("--movie", help="Also write trajectory.gif (the tokens moving; principal axes above d = 3).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the engine plan (which path runs, why not a faster one) and exit.")] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Simulate a config and write a run folder."""
     from attndyn.workflow import ownership, runs
@@ -257,10 +275,7 @@ def simulate(
         fail(_about(config, err))
     if out is None:
         fail("--out is required: name the run folder to write (or pass --explain to print the plan only)")
-    ownership.check(out, "run")  # before any work: a folder attndyn may not write into is refused now
-    marker = ownership.read_marker(out) if out.is_dir() else None
-    if movie and (out / "trajectory.gif").exists() and "trajectory.gif" not in (marker or {}).get("files", []):
-        fail(f"{out / 'trajectory.gif'} exists and was not written by attndyn; move it away or name another folder")
+    writable(out, "run", "attndyn simulate", force_adopt)  # before any work: a folder attndyn may not write into is refused now
     try:
         with delayed_progress("simulate", cfg.solver.t1, adaptive=cfg.solver.rtol is not None and cfg.solver.method != "long") as update:
             run = runs.execute(cfg, progress=update)
@@ -301,6 +316,7 @@ def simulate(
 def meanfield(
     config: Annotated[Path, typer.Argument(help="Mean-field TOML config (see configs/meanfield-*.toml).")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write.")],
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Solve the mean-field equation on the circle.
 
@@ -320,7 +336,7 @@ def meanfield(
         rho0, ts = meanfield_setup(cfg)
     except ConfigError as err:
         fail(_about(config, err))
-    ownership.check(out, "meanfield")
+    writable(out, "meanfield", "attndyn meanfield", force_adopt)
     start = time.perf_counter()
     try:
         with delayed_progress("meanfield", float(ts[-1]), adaptive=cfg.method == "spectral") as update:
@@ -382,6 +398,8 @@ def sweep(
     allow_import: Annotated[
         bool, typer.Option("--allow-import", help="Allow measures named 'package.module:function' (imports and runs that code).")
     ] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Complete an incomplete ledger and recompute what it lacks.")] = False,
 ) -> None:
     """Run, export or plot a resumable parameter sweep (Dask).
 
@@ -433,6 +451,8 @@ def sweep(
         fail("attndyn sweep SWEEP.toml needs --out DIR")
     if workers is not None and workers < 0:
         fail(f"--workers {workers} must be >= 0")
+    if force_adopt:
+        writable(out, "sweep", "attndyn sweep", force_adopt)
     bar = Progress(
         TextColumn("sweep"),
         BarColumn(),
@@ -454,7 +474,7 @@ def sweep(
             bar.console.print(f"sweep: {done} of {total} tasks done, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False)
 
     try:
-        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import)
+        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import, repair=repair)
     except KeyboardInterrupt:
         bar.stop()
         from attndyn.app.ledger import status
@@ -529,8 +549,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
         result = run_analysis(traj, run.model)
     except ValueError as err:
         fail(f"cannot analyse {str(run_dir)!r}: {err}")
-    owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
     try:
+        owner = ownership.claim(run_dir, "run", "attndyn analyze", option="RUN_DIR")
         owner.refuse_foreign("analysis.json", "analysis.png")
     except ownership.OwnershipError as err:
         fail(str(err))
@@ -604,6 +624,7 @@ def reproduce(
     device: Annotated[str, typer.Option("--device", help="Device of the claims' batched runs: cpu, cuda or cuda:N.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default; the checks' thresholds assume it) or float32.")] = "float64",
     svg: Annotated[bool, typer.Option("--svg", help="Also write every figure as SVG (for papers; the page links them).")] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Check the claims and write the report.
 
@@ -630,7 +651,12 @@ def reproduce(
             configs[cid] = config_for(load(cid), seed=seed, quick=quick, device=device, dtype=dtype)
         except ValueError as err:
             fail(f"claim {cid}: its configuration is invalid with these options ({_one_line(err)})")
-    ownership.check(out, "report")
+    writable(out, "report", "attndyn reproduce", force_adopt)
+    for cid in chosen:  # every claim's run folder is checked too, before any work
+        try:
+            ownership.check(out / "runs" / cid, "claim-run", option="run folder")
+        except ownership.OwnershipError as err:
+            fail(str(err))
     others = {r["id"]: r for r in existing_runs(out) if r["id"] not in chosen}
     mismatched = [cid for cid, r in others.items() if (bool(r.get("quick")), r.get("seed")) != (quick, seed)]
     if mismatched:
@@ -640,8 +666,8 @@ def reproduce(
             f"({', '.join(mismatched[:3])}{'...' if len(mismatched) > 3 else ''}); rerun with the same options, or name another --out"
         )
     owner = ownership.claim(out, "report", "attndyn reproduce")
-    for name in ("index.html", "results.json", "preview.png"):  # the old page no longer matches its runs
-        (out / name).unlink(missing_ok=True)
+    owner.remove("index.html", "results.json", "preview.png")  # the old page no longer matches its runs
+    owner.mkdir("runs")
     start = time.perf_counter()
     bar = Progress(
         TextColumn("{task.description}", markup=False),
@@ -751,9 +777,7 @@ def report(out: Annotated[Path, typer.Argument(help="Folder written by `attndyn 
     try:
         page = build(out, list(EXPERIMENTS))
     except ReportError as err:
-        for name in ("index.html", "results.json", "preview.png"):  # a stale page must not look current
-            if name in owner.files:
-                (out / name).unlink(missing_ok=True)
+        owner.remove("index.html", "results.json", "preview.png")  # a stale page must not look current
         fail(f"{err}; the old page was removed")
     owner.add("index.html", "results.json")
     _preview(page)
@@ -813,6 +837,7 @@ def checkpoint(
     spectra_only: Annotated[
         bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
     ] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Head spectra and dynamics of a trained checkpoint.
 
@@ -825,6 +850,7 @@ def checkpoint(
     from attndyn.models.bert import CheckpointError
 
     dev, torch_dtype = engine_options(device, dtype)
+    writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
     if _is_decoder(path):
         record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
         if table:
@@ -842,8 +868,6 @@ def checkpoint(
     if path.lower() != "minilm" and not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
         fail(f"{path!r} is not a folder here; attndyn never downloads: a hub id needs its files on disk (config.json, *.safetensors)")
 
-    if out.exists() and not out.is_dir():
-        fail(f"--out {str(out)!r} exists and is not a folder")
     bar = _status()
     try:
         with bar:

@@ -12,7 +12,10 @@ Contract
 * ``results``: one row per task (its points' measures, each stacked over the seeds: a JSON header
   and float64 bytes), written in the same transaction that marks the task done.
 
-A changed sweep file on an existing folder raises :class:`~attndyn.workflow.schema.SweepError` naming
+The schema and the row counts are verified whenever a ledger is opened (:func:`problems`): a
+missing table, meta row or task row, or a task marked done without its results, is reported
+(SweepError, exit 2) and ``attndyn sweep ... --repair`` recomputes what is missing. A changed sweep
+file on an existing folder raises :class:`~attndyn.workflow.schema.SweepError` naming
 what changed. SQLite commits are atomic: a killed driver loses nothing and duplicates nothing.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -77,13 +81,66 @@ def decode_results(data: bytes, where: str = "a ledger result") -> dict:
     return out
 
 
-class Ledger:
-    """The SQLite ledger of a sweep folder; every write is one transaction."""
+TABLES = {
+    "meta": ("key", "value"),
+    "tasks": ("task_id", "coords", "status", "attempts", "error", "seconds", "fingerprint"),
+    "results": ("task_id", "data"),
+}
 
-    def __init__(self, folder: Path):
+
+def expected_tasks(spec: dict) -> int:
+    """The number of tasks of a sweep spec: its grid points without the seed axis."""
+    return int(np.prod([len(v) for k, v in spec.get("grid", {}).items() if k != "seed"], dtype=np.int64))
+
+
+def problems(db: sqlite3.Connection) -> list[str]:
+    """What an existing ledger lacks, in words (empty when whole): a table or a column, the meta
+    rows, task rows (against the count the sweep spec gives), results of tasks marked done."""
+    have = {name: {row[1] for row in db.execute(f"PRAGMA table_info({name})")} for name in TABLES}
+    found = []
+    for name, columns in TABLES.items():
+        if not have[name]:
+            found.append(f"its {name} table is missing")
+        elif set(columns) - have[name]:
+            found.append(f"its {name} table lacks the column(s) {', '.join(sorted(set(columns) - have[name]))}")
+    if found:
+        return found
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    tasks = db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
+    if not meta:
+        return ["its meta table is empty"] if tasks or db.execute("SELECT COUNT(*) FROM results").fetchone()[0] else []
+    if meta.get("schema") != json.dumps(SCHEMA):  # an earlier layout: check_schema names it
+        return []
+    for key in ("spec", "fingerprint", "ts"):
+        if key not in meta:
+            found.append(f"its meta table lacks the row {key!r}")
+    if "spec" in meta:
+        try:
+            expected = json.loads(meta["tasks"]) if "tasks" in meta else expected_tasks(json.loads(meta["spec"]))
+        except (ValueError, TypeError, AttributeError):
+            return [*found, "its meta row 'spec' is not readable"]
+        if tasks != expected:
+            found.append(f"it holds {tasks} task rows of the sweep's {expected}")
+    lost = db.execute("SELECT COUNT(*) FROM tasks WHERE status = 'done' AND task_id NOT IN (SELECT task_id FROM results)").fetchone()[0]
+    if lost:
+        found.append(f"{lost} task(s) marked done have no results row")
+    return found
+
+
+class Ledger:
+    """The SQLite ledger of a sweep folder; every write is one transaction. Its schema and row counts
+    are verified at open (:func:`problems`): an incomplete ledger raises SweepError naming what is
+    missing, unless ``repair``, which adds the missing tables and lets :meth:`start` recompute the
+    missing tasks (rows re-inserted as pending, done tasks without results pending again)."""
+
+    def __init__(self, folder: Path, *, repair: bool = False):
         self.path = Path(folder) / LEDGER
-        if self.path.exists() and not self.path.is_file():
-            raise SweepError(f"the ledger {self.path} is not a regular file (a folder or a device); move it away or name another folder")
+        for name in (LEDGER, LEDGER + "-wal", LEDGER + "-shm", LEDGER + "-journal"):
+            path = self.path.with_name(name)
+            if os.path.islink(path) or (os.path.lexists(path) and not path.is_file()):
+                raise SweepError(f"{path} is not a regular file (a link or a folder); attndyn never writes through it")
+        self.repair = repair
+        self.repaired: list[str] = []
         try:
             self.db = sqlite3.connect(self.path, timeout=30)
         except sqlite3.DatabaseError as err:
@@ -93,6 +150,9 @@ class Ledger:
         except sqlite3.DatabaseError as err:
             self.db.close()
             raise SweepError(f"the ledger {self.path} is damaged ({err}); {self.recoverable()}") from None
+        except SweepError:
+            self.db.close()
+            raise
 
     def recoverable(self) -> str:
         """What a damaged ledger still holds, in words (what ``sqlite3 .recover`` could bring back)."""
@@ -111,6 +171,13 @@ class Ledger:
     def _open(self) -> None:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        fresh = not self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        if not fresh:
+            self.repaired = problems(self.db)
+            if self.repaired and not self.repair:
+                raise SweepError(
+                    f"the ledger {self.path} is incomplete: {'; '.join(self.repaired)}; rerun the sweep with --repair to recompute what is missing"
+                )
         with self.db:
             self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             self.db.execute(
@@ -128,13 +195,19 @@ class Ledger:
     def start(self, sweep: Sweep) -> None:
         """Record a new sweep, or check that the folder holds this same sweep (SweepError naming what changed)."""
         meta = self.meta()
-        if meta:
+        if meta and ("fingerprint" in meta or not self.repair):
             self.check_schema(meta)
             if meta.get("fingerprint") != sweep.fingerprint:
                 raise SweepError(
                     f"{self.path.parent} holds a different sweep: {_difference(meta.get('spec', {}), sweep.spec)}; use a new --out folder"
                 )
+            if self.repair:
+                self._repair(sweep)
             return
+        if self.repair:  # a meta table lost: the tasks' own fingerprints must be this sweep's
+            others = self.db.execute("SELECT COUNT(*) FROM tasks WHERE fingerprint != ?", (sweep.fingerprint,)).fetchone()[0]
+            if others:
+                raise SweepError(f"{self.path} lost its meta table and its tasks belong to a different sweep; use a new --out folder")
         with self.db:
             for key, value in (
                 ("spec", sweep.spec),
@@ -142,12 +215,19 @@ class Ledger:
                 ("ts", sweep.ts),
                 ("created", time.time()),
                 ("schema", SCHEMA),
+                ("tasks", len(sweep.tasks)),
             ):
-                self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
+        self._repair(sweep)
+
+    def _repair(self, sweep: Sweep) -> None:
+        """Insert the task rows that are missing (pending) and make done tasks without results pending again."""
+        with self.db:
             self.db.executemany(
-                "INSERT INTO tasks (task_id, coords, status, attempts, fingerprint) VALUES (?, ?, 'pending', 0, ?)",
+                "INSERT OR IGNORE INTO tasks (task_id, coords, status, attempts, fingerprint) VALUES (?, ?, 'pending', 0, ?)",
                 [(t, json.dumps(_task_coords(sweep, t)), sweep.fingerprint) for t in range(len(sweep.tasks))],
             )
+            self.db.execute("UPDATE tasks SET status = 'pending' WHERE status = 'done' AND task_id NOT IN (SELECT task_id FROM results)")
 
     def check_schema(self, meta: dict) -> None:
         if meta.get("schema") != SCHEMA:
@@ -208,9 +288,14 @@ def status(folder: Path, *, limit: int = 10) -> dict:
     # with no write-ahead log beside it no driver is writing: open it immutable, so that SQLite creates
     # none of its -wal/-shm files either; a running driver's ledger is read through its log
     immutable = "&immutable=1" if not path.with_name(path.name + "-wal").exists() else ""
+    if os.path.islink(path):
+        raise SweepError(f"{path} is a symbolic link; attndyn never reads or writes a ledger through a link")
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True)
         try:
+            missing = problems(db)
+            if missing:
+                raise SweepError(f"the ledger {path} is incomplete: {'; '.join(missing)}; rerun the sweep with --repair to recompute what is missing")
             counts = dict(db.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status"))
             failed = list(db.execute("SELECT task_id, coords, error FROM tasks WHERE status = 'failed' ORDER BY task_id LIMIT ?", (limit,)))
             waiting = list(

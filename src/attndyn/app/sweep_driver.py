@@ -58,8 +58,12 @@ def run(
     scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     allow_import: bool = False,
+    repair: bool = False,
 ) -> Summary:
     """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring.
+
+    ``repair``: an incomplete ledger (missing tables, task rows or results) is completed and what it
+    lacks recomputed, instead of refused.
 
     ``allow_import``: measures named ``package.module:function`` import (and so run) code named in
     the sweep file; they are refused unless this is set (``--allow-import``). One driver per
@@ -81,10 +85,10 @@ def run(
         measure_function(name)  # unknown, unimportable or non-callable measures fail here, before any work
     owner = ownership.claim(out, "sweep", "attndyn sweep")
     out = owner.folder
-    lock = _lock(out)
+    lock = _lock(owner)
     owner.add(LOCK)
     try:
-        ledger = Ledger(out)
+        ledger = Ledger(out, repair=repair)
     except BaseException:  # a ledger that cannot be opened: the lock is released, not leaked
         lock.close()
         raise
@@ -124,11 +128,13 @@ def run(
 LOCK = "driver.lock"
 
 
-def _lock(folder: Path):
-    """An exclusive lock on ``folder/driver.lock`` held for the driver's life; SweepError naming the holder."""
+def _lock(owner: ownership.Owner):
+    """An exclusive lock on ``folder/driver.lock`` held for the driver's life (never through a link);
+    SweepError naming the holder."""
     import fcntl
 
-    handle = open(folder / LOCK, "a+")  # noqa: SIM115 (held open until the sweep ends)
+    folder = owner.folder
+    handle = ownership.open_live(owner, LOCK)  # held open until the sweep ends
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

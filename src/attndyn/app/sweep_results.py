@@ -99,7 +99,6 @@ def load(folder: str | Path) -> xr.Dataset:
 
 def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path:
     """Write the sweep's Dataset as ``netcdf``, ``zarr`` or ``csv`` (atomically; default ``folder/results.<ext>``)."""
-    import shutil
     import tempfile
 
     ext = {"netcdf": "nc", "zarr": "zarr", "csv": "csv"}
@@ -119,9 +118,7 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
             ds.to_zarr(part, mode="w", zarr_format=2, consolidated=True)  # v2: readable by every zarr reader
         else:
             ds.to_dataframe().to_csv(part)
-        if target.exists():  # an earlier export of attndyn's (checked above)
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-        os.replace(part, target)
+        ownership.install(part, target)  # over an earlier export of attndyn's only (its recorded hash)
     if rel is not None:
         owner.add(rel)
     return target
@@ -173,15 +170,30 @@ def heatmap(
     return fig
 
 
+def sources(folder: str | Path) -> list[Path]:
+    """What the sweep folder's results depend on: its ledger (and SQLite's files beside it), the
+    driver's lock and the folder's marker; no export or plot is ever written onto or inside them."""
+    folder = Path(folder)
+    return [folder / name for name in (*ownership.LIVE_FILES, ownership.MARKER, ownership.PREVIOUS)]
+
+
 def _writable(folder: str | Path, target: Path, writer: str) -> tuple[ownership.Owner, str | None]:
     """The sweep folder's owner and ``target``'s path inside it (None outside); SweepError when
-    ``target`` exists and attndyn did not write it."""
+    ``target`` is (or is inside, or links to) one of the sweep's :func:`sources`, or exists and
+    attndyn did not write it as it is now."""
+    folder = Path(folder)
+    for source in sources(folder):
+        for form in {Path(os.path.abspath(target))} | {target.resolve()}:
+            if form == Path(os.path.abspath(source)) or form == source.resolve() or source.resolve() in form.parents:
+                raise SweepError(f"--out {str(target)!r} is the sweep's own {source.name} (what its results depend on); name another file")
     owner = ownership.claim(folder, "sweep", writer, option="the sweep folder")
-    inside = owner.folder.resolve() in target.resolve().parents
-    rel = target.resolve().relative_to(owner.folder.resolve()).as_posix() if inside else None
-    if target.exists() and rel not in owner.files:
+    inside = Path(os.path.abspath(owner.folder)) in Path(os.path.abspath(target)).parents
+    rel = Path(os.path.abspath(target)).relative_to(os.path.abspath(owner.folder)).as_posix() if inside else None
+    try:
+        ownership.release(target)
+    except ownership.OwnershipError:
         kind = "a folder" if target.is_dir() else "a file"
-        raise SweepError(f"--out {str(target)!r} is {kind} attndyn did not write; name a new file")
+        raise SweepError(f"--out {str(target)!r} is {kind} attndyn did not write (or changed since); name a new file") from None
     return owner, rel
 
 

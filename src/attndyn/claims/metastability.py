@@ -153,7 +153,7 @@ def run(config: Config) -> Result:
     ts = np.concatenate([[0.0], np.exp(np.linspace(-3.0, beta * (1 - c0) + 5.0, config.saves))])
     traj = simulate_long(model, x0, ts, every_step=True)
     tight = simulate_long(model, x0, ts, **TIGHT)
-    arrays |= {"mass_start": x0, "mass_betas": np.array([beta]), "mass_ts0": ts, "mass_energy0": ms.normalized_energy(traj.xs, beta)}
+    arrays |= {"mass_start": x0, "mass_betas": np.array([beta]), "mass_ts0": ts, "mass_energy0": meta.normalized_energy(traj.xs, beta)}
     arrays["mass_merge_t0"] = np.array([m[0] for m in traj.merges])
     arrays["mass_merge_tokens0"] = np.array([m[1:] for m in traj.merges], dtype=np.int64).reshape(-1, 2)
     arrays["mass_merge_t_tight0"] = np.array([m[0] for m in tight.merges])

@@ -145,7 +145,7 @@ def compute_claim(
     owner = ownership.claim(folder, "claim-run", "attndyn reproduce", option="run folder")
     ownership.clear(owner)  # the previous run of this claim: its summary.json first of all
     folder = owner.folder
-    (folder / "figures").mkdir(parents=True, exist_ok=True)
+    owner.mkdir("figures")
     write_json(folder / "config.json", config.model_dump(mode="json"))
     owner.add("config.json")
     ok, reason = common.available(module)

@@ -8,9 +8,13 @@ products are (``benchmarks/solvers.py`` measures both). This module holds the sa
 written in C (:data:`SOURCE`, our own), compiled once per machine with the system's C compiler
 (``-O3 -march=native``, else ``-O2``) into a cache folder (``$ATTNDYN_CACHE``, else
 ``$XDG_CACHE_HOME/attndyn``, else ``~/.cache/attndyn``; the key includes the CPU's model and flags)
-and loaded with :mod:`ctypes`. The cold start is one compiler call; later runs load the cached
-library. Its exponential is a polynomial the compiler vectorises (within 4e-16 of libm, and faster
-than torch's exp), and it computes eight rows of attention at once, one per vector lane.
+and loaded with :mod:`ctypes`. Code is loaded only from a folder owned by the user and writable by no
+one else (else a private temporary folder is used, said once on stderr), and only after the library's
+SHA-256 matches the one recorded at build time beside it (``<library>.sha256``, held to the same
+checks); a missing, damaged or planted library is rebuilt, with one line saying why.
+The cold start is one compiler call; later runs load the cached library. Its exponential is a
+polynomial the compiler vectorises (within 4e-16 of libm, and faster than torch's exp), and it computes
+eight rows of attention at once, one per vector lane.
 
 Kernels only: which call uses them is decided in :mod:`attndyn.core.plan` (the C field's conditions,
 the compiled loop's, and why each was not taken). Three uses:
@@ -361,11 +365,81 @@ double points_field(int k, int d, const double *y, const double *log_mass, const
 
 
 def cache_dir() -> Path:
-    """Where the compiled library lives: ``$ATTNDYN_CACHE``, else ``$XDG_CACHE_HOME/attndyn``, else ``~/.cache/attndyn``."""
+    """Where the compiled library lives: ``$ATTNDYN_CACHE``, else ``$XDG_CACHE_HOME/attndyn``, else
+    ``~/.cache/attndyn``, when that folder is safe (:func:`unsafe_folder`); else a private temporary
+    folder for this process, said once on stderr. A missing folder is created private (0700)."""
+    global _PRIVATE
     if os.environ.get("ATTNDYN_CACHE"):
-        return Path(os.environ["ATTNDYN_CACHE"])
-    base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "attndyn"
+        chosen = Path(os.environ["ATTNDYN_CACHE"])
+    else:
+        base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+        chosen = base / "attndyn"
+    try:
+        if not os.path.lexists(chosen):
+            chosen.mkdir(mode=0o700, parents=True, exist_ok=True)
+        why = unsafe_folder(chosen)
+    except OSError as err:
+        why = f"cannot be created ({err.strerror or err})"
+    if why is None:
+        return chosen
+    if _PRIVATE is None or _PRIVATE[0] != chosen:
+        import sys
+
+        private = Path(tempfile.mkdtemp(prefix="attndyn-kernel-"))  # 0700, this process's own
+        _PRIVATE = (chosen, private)
+        sys.stderr.write(f"attndyn: the kernel cache {chosen} {why}; using the private folder {private} for this run\n")
+    return _PRIVATE[1]
+
+
+_PRIVATE: tuple[Path, Path] | None = None  # (the unsafe cache folder, the private one used instead)
+
+
+def _unsafe(path: Path, *, folder: bool) -> str | None:
+    """Why ``path`` may not hold (or be) code this process loads: a link, not the expected kind, owned by
+    another user, or writable by group or others; None when it is safe."""
+    import stat
+
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if folder != stat.S_ISDIR(st.st_mode) or (not folder and not stat.S_ISREG(st.st_mode)):
+        return "is not a folder" if folder else "is not a regular file"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"is owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        who = "group and others" if st.st_mode & 0o022 == 0o022 else "others" if st.st_mode & 0o002 else "its group"
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def unsafe_folder(path: Path) -> str | None:
+    """Why a cache folder may not be used (see :func:`_unsafe`), or None."""
+    return _unsafe(path, folder=True)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def verified(target: Path) -> str | None:
+    """None when ``target`` may be loaded: it and its side file ``<target>.sha256`` (written at build
+    time) are regular files owned by this user and writable by no one else, and the library's SHA-256
+    is the recorded one; else why not, in words."""
+    side = target.with_name(target.name + ".sha256")
+    if not os.path.lexists(target):
+        return "it is not built yet"
+    for path, what in ((target, "the library"), (side, "its recorded hash")):
+        if not os.path.lexists(path):
+            return f"{what} ({path.name}) is missing"
+        why = _unsafe(path, folder=False)
+        if why:
+            return f"{what} ({path.name}) {why}"
+    recorded = side.read_text().strip()
+    actual = _sha256(target)
+    if recorded != actual:
+        return f"its SHA-256 {actual[:12]}... is not the recorded {recorded[:12]}..."
+    return None
 
 
 def _machine() -> str:
@@ -384,6 +458,39 @@ def _machine() -> str:
 FLAGS = (["-O3", "-march=native", "-fopenmp-simd"], ["-O2"])
 
 
+def library_path(compiler: str) -> Path:
+    """The cache file of the kernel built by ``compiler`` for this CPU (in :func:`cache_dir`)."""
+    tag = hashlib.sha256((SOURCE + compiler + _machine()).encode()).hexdigest()[:16]
+    return cache_dir() / f"attndyn_small_{tag}.so"
+
+
+def _build(compiler: str, target: Path) -> bool:
+    """Compile :data:`SOURCE` into ``target`` and record its SHA-256 beside it (``<target>.sha256``),
+    both written then renamed from a temporary folder inside the cache folder; False (the reason in
+    :data:`STATUS`) when the compiler fails."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src = Path(tmp) / "small.c"
+        src.write_text(SOURCE)
+        built = Path(tmp) / "small.so"
+        for flags in FLAGS:
+            cmd = [compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(src), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            if done.returncode == 0:
+                break
+        else:
+            STATUS["reason"] = f"the C compiler failed: {done.stderr.strip()[:200]}"
+            return False
+        os.chmod(built, 0o755)
+        digest = Path(tmp) / "small.sha256"
+        digest.write_text(_sha256(built) + "\n")
+        os.chmod(digest, 0o644)
+        # a concurrent process sees the whole file or none; the library first, its hash last: a reader
+        # between the two sees a mismatch and rebuilds
+        os.replace(built, target)
+        os.replace(digest, target.with_name(target.name + ".sha256"))
+    return True
+
+
 def library() -> ctypes.CDLL | None:
     """The compiled kernel (compiled on first use, then cached on disk), or ``None`` with the reason in :data:`STATUS`."""
     if STATUS["library"] is not None or STATUS["reason"] != "not tried":
@@ -392,29 +499,28 @@ def library() -> ctypes.CDLL | None:
     if compiler is None:
         STATUS["reason"] = "no C compiler found (set CC)"
         return None
-    tag = hashlib.sha256((SOURCE + compiler + _machine()).encode()).hexdigest()[:16]
-    target = cache_dir() / f"attndyn_small_{tag}.so"
+    target = library_path(compiler)
     try:
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                src = Path(tmp) / "small.c"
-                src.write_text(SOURCE)
-                built = Path(tmp) / "small.so"
-                for flags in FLAGS:
-                    cmd = [compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(src), "-lm"]
-                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-                    if done.returncode == 0:
-                        break
-                else:
-                    STATUS["reason"] = f"the C compiler failed: {done.stderr.strip()[:200]}"
-                    return None
-                os.replace(built, target)  # atomic: a concurrent process sees the whole file or none
+        why = verified(target)
+        if why is not None:
+            if why != "it is not built yet":
+                import sys
+
+                sys.stderr.write(f"attndyn: rebuilding the compiled kernel {target.name}: {why}\n")
+            if not _build(compiler, target):
+                return None
+            why = verified(target)
+            if why is not None:  # another process's build in between, or a folder that changed under us
+                STATUS["reason"] = f"the kernel just built cannot be verified: {why}"
+                return None
         lib = ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as err:
         STATUS["reason"] = f"could not build or load the kernel: {err}"
         return None
     dbl, ptr, i32 = ctypes.c_double, ctypes.c_void_p, ctypes.c_int
+    if not all(hasattr(lib, name) for name in ("rk4_steps", "field_batch", "rk_step", "points_field", "exp_array")):
+        STATUS["reason"] = f"{target} lacks the kernel's functions"
+        return None
     lib.rk4_steps.argtypes = [i32, i32, i32, ptr, ptr, dbl, dbl, i32, dbl, dbl, ctypes.c_long, ctypes.c_long, ptr]
     lib.rk4_steps.restype = i32
     lib.field_batch.argtypes = [i32, i32, i32, ptr, ptr, dbl, dbl, i32, ptr, ptr]

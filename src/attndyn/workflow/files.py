@@ -4,7 +4,8 @@ Contract
 --------
 * Every write goes to a temporary file in the destination folder, is flushed and fsync'ed, then
   renamed over the target (``os.replace``): a crash never leaves a half-written file under the
-  final name.
+  final name. It goes through :func:`attndyn.workflow.ownership.write_bytes`, which replaces only
+  a file attndyn wrote, unchanged, and records the hash of what it wrote.
 * A run folder holds ``config.json`` (the resolved config), ``trajectory.npz`` (``ts``, ``xs``,
   ``Q``, ``K``, ``V``, optional ``W``/``bias``) and ``summary.json``, written last, so that its presence marks a
   complete run. ``load_run`` refuses folders without it or with unreadable files (RunFolderError,
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,20 +33,11 @@ class RunFolderError(UserError):
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write then rename, through :func:`attndyn.workflow.ownership.write_bytes` (the gate that refuses
+    to replace a file attndyn did not write, or one changed since)."""
+    from attndyn.workflow import ownership
+
+    return ownership.write_bytes(path, data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

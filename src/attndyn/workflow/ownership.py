@@ -1,84 +1,383 @@
-"""Folder ownership: attndyn writes only into folders it owns, and deletes only files it wrote.
+"""Folder ownership: attndyn writes only into folders it can prove it wrote, and deletes, moves or
+overwrites only files it wrote, with the content it wrote.
 
 Contract
 --------
 Every folder attndyn writes carries a marker, ``.attndyn.json``: its kind (``run``, ``report``,
 ``claim-run``, ``checkpoint``, ``meanfield``, ``sweep``), the version and command that wrote it, and
-the list of files attndyn wrote there. ``claim(folder, kind, writer)`` lets a command write into
-``folder`` only when it does not exist, is empty, or carries a marker of the same kind (or is a
-folder of that kind written before markers existed: every entry one of the kind's own names);
-otherwise it raises :class:`OwnershipError` naming the folder and what is in it. The filesystem
-root, the home folder and an empty path are always refused.
+``files``: every file attndyn wrote there with the SHA-256 of the bytes it wrote (``"folder"`` for a
+folder it made, ``"live"`` for the sweep's ledger and lock, which SQLite and the lock change in
+place), and ``previous``: what a rerun moved into ``.previous/``, with the same hashes.
 
-``clear(owner)`` moves the files a previous writer recorded (its results and the files derived
-from them, such as ``analysis.json`` and figures) aside into ``.previous/``, which keeps the run
-replaced last; nothing else is touched: a file attndyn did not write is never deleted, moved or
-overwritten. ``owner.add(*paths)`` records new files, the marker being
-rewritten atomically after each batch.
+``check(folder, kind)`` (and ``claim``, which then creates the folder and writes its marker) lets a
+command write into ``folder`` only when it does not exist, is empty, or carries a marker of the same
+kind whose recorded files are, by content hash, what is on disk (a recorded file may be missing),
+and no file attndyn would write there exists unrecorded. Anything else is refused with
+:class:`OwnershipError` naming the entries and the two ways out: an empty folder, or
+``--force-adopt`` (``claim(..., force_adopt=True)``), which moves every entry into a dated folder
+``adopted-YYYYMMDD-HHMMSS/`` inside it and deletes nothing. The filesystem root, the home folder, an
+empty path and a symbolic link (the folder itself, or any folder between a marked folder and a path
+written below it) are always refused: links are never followed out of an output folder.
+
+:func:`release` is the one gate before any delete, move or overwrite in attndyn: it passes only a
+path that does not exist, or a regular file (no link) whose content has the SHA-256 recorded when
+attndyn wrote it (in this process, or in the marker of the folder that holds it). The operations
+behind it, :func:`write_bytes` (written to a temporary file beside the target, fsync'ed, then
+renamed), :func:`install`, :func:`remove` and the moves of :func:`clear`, live in this module only
+(``tests/workflow/test_ownership.py`` walks the source and fails on any other).
+
+``clear(owner)`` moves the recorded files aside into ``.previous/``: first the generation recorded
+there is deleted (only the files whose recorded hash still matches; anything else in
+``.previous/`` is kept, and so is the folder then), then each recorded file is moved there.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
+import stat
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attndyn.core.errors import UserError
-from attndyn.workflow.files import atomic_write_text
 
 MARKER = ".attndyn.json"
-# What each kind of folder held before markers existed (0.1), as names or glob patterns: such a
-# folder, and only such, is adopted.
-LEGACY = {
-    "run": {"config.json", "trajectory.npz", "summary.json", "trajectory.png", "trajectory.svg", "analysis.json", "partial.json"},
+PREVIOUS = ".previous"  # where a rerun moves the files of the run it replaces (one generation)
+FORMAT = 2  # 2: files recorded with their SHA-256 (1: a list of names, which proves nothing)
+FOLDER, LIVE = "folder", "live"
+# What each kind of folder holds, as names or glob patterns: a file of one of these names that the
+# marker does not record makes attndyn refuse the folder (it would be overwritten).
+OWN = {
+    "run": {
+        *("config.json", "trajectory.npz", "summary.json", "trajectory.png", "trajectory.svg", "trajectory.gif"),
+        *("analysis.json", "analysis.png", "partial.json"),
+    },
     "report": {"runs", "index.html", "results.json", "preview.png"},
     "claim-run": {"config.json", "result.json", "summary.json", "arrays.npz", "figures", "*.gif"},
-    "checkpoint": {"checkpoint.json", "index.html", "figures", "per_head.csv"},
+    "checkpoint": {"checkpoint.json", "decoder.json", "index.html", "figures", "per_head.csv", "heads.csv", "layers.csv", "*.png", "*.svg"},
     "meanfield": {
         *("config.json", "density.npz", "summary.json", "density.gif"),
         *("density.png", "density.svg", "order_parameter.png", "order_parameter.svg"),
     },
-    "sweep": {"ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "results.nc", "results.csv", "results.zarr"},
+    "sweep": {"ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal", "driver.lock", "results.*"},
 }
-
+LEGACY = OWN  # the name of this table before 0.3
+# Files changed in place by SQLite and the driver's lock: recorded without a hash, never deleted,
+# moved or overwritten by attndyn, and refused as a target of anything attndyn writes.
+LIVE_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal", "driver.lock")
 
 COMPLETE = ("summary.json", "index.html", "results.json", "checkpoint.json")
 
+# what this process wrote through write_bytes/install: absolute path -> SHA-256 of what it wrote
+_WRITTEN: dict[str, str] = {}
+
 
 class OwnershipError(UserError):
-    """A folder attndyn may not write into; the message is one line naming it and what it holds."""
+    """A folder or file attndyn may not write, move or delete; the message is one line naming it."""
+
+
+# --- hashes and links ---------------------------------------------------------------------------
+
+
+def digest(path: Path) -> str:
+    """The SHA-256 of a regular file's content; of a folder, of its sorted entries' names and digests.
+    OwnershipError for a link or anything else (attndyn writes neither)."""
+    st = os.lstat(path)
+    if stat.S_ISREG(st.st_mode):
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    if stat.S_ISDIR(st.st_mode):
+        h = hashlib.sha256(b"folder\n")
+        for entry in sorted(os.listdir(path)):
+            h.update(f"{entry}\0{digest(Path(path) / entry)}\n".encode())
+        return h.hexdigest()
+    what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+    raise OwnershipError(f"{path} is {what}; attndyn does not follow or replace it")
+
+
+def _owning_folder(path: Path) -> tuple[Path | None, list[Path]]:
+    """The nearest folder above ``path`` (lexically, links not resolved) that holds a marker, and the
+    links met below any marked folder on the way up (``path`` itself excluded)."""
+    links: list[Path] = []
+    seen: list[Path] = []
+    nearest = None
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.name == PREVIOUS:  # .previous/ belongs to the folder above it
+            continue
+        if os.path.islink(parent):
+            seen.append(parent)
+        if os.path.lexists(parent / MARKER) and not os.path.islink(parent):
+            nearest = nearest or parent
+            links += [p for p in seen if p not in links]
+    return nearest, links
+
+
+def _no_links_below_owner(path: Path) -> Path | None:
+    """OwnershipError when a folder between ``path`` and a marked folder above it is a link (it would
+    lead out of the folder attndyn owns); the nearest marked folder (None when there is none)."""
+    owner, links = _owning_folder(path)
+    if links:
+        raise OwnershipError(f"{links[0]} is a symbolic link inside an attndyn folder; attndyn never writes through links")
+    return owner
+
+
+def _recorded(path: Path) -> str | None:
+    """The hash recorded for ``path`` when attndyn wrote it (this process, else its folder's marker), or None."""
+    key = os.path.abspath(path)
+    if key in _WRITTEN:
+        return _WRITTEN[key]
+    owner = _no_links_below_owner(path)
+    if owner is None:
+        return None
+    marker = _load(owner)
+    if marker is None:
+        return None
+    rel = Path(key).relative_to(owner).as_posix()
+    if rel.startswith(PREVIOUS + "/"):
+        return marker["previous"].get(rel[len(PREVIOUS) + 1 :])
+    return marker["files"].get(rel)
+
+
+def release(path: str | Path, recorded: str | None = None) -> None:
+    """The one gate before attndyn deletes, moves or overwrites ``path``: passes when nothing is there,
+    or when it is a regular file (or a folder attndyn wrote) whose content has the SHA-256 recorded
+    when attndyn wrote it (``recorded``, else :func:`_recorded`); OwnershipError naming it otherwise."""
+    path = Path(path)
+    _no_links_below_owner(path)
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path):
+        raise OwnershipError(f"{path} is a symbolic link that attndyn did not write; move it away or name another folder")
+    recorded = recorded if recorded is not None else _recorded(path)
+    if recorded is None:
+        raise OwnershipError(f"{path} exists and was not written by attndyn; move it away or name another folder")
+    if recorded == LIVE:
+        raise OwnershipError(f"{path} is the sweep's own {path.name}, which attndyn never replaces; name another file")
+    if recorded == FOLDER:
+        if path.is_dir() and not any(path.iterdir()):
+            return
+        raise OwnershipError(f"{path} is a folder that holds files attndyn did not record; move it away or name another folder")
+    if digest(path) != recorded:
+        raise OwnershipError(f"{path} was changed since attndyn wrote it; move it away or name another folder")
+
+
+# --- the operations behind the gate -------------------------------------------------------------
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file beside it, flushed and fsync'ed, then
+    renamed over it), after :func:`release`; the hash is recorded for :meth:`Owner.add`."""
+    path = Path(path)
+    _no_links_below_owner(path)
+    release(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        release(path)  # again: nothing may have appeared there meanwhile
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # the temporary file made above
+        raise
+    _WRITTEN[os.path.abspath(path)] = hashlib.sha256(data).hexdigest()
+    return path
+
+
+def install(part: str | Path, target: str | Path) -> Path:
+    """Move a finished file or folder ``part`` (written in a temporary folder beside ``target``) to
+    ``target``, after :func:`release` (an earlier one of attndyn's is removed first)."""
+    part, target = Path(part), Path(target)
+    release(target)
+    recorded = digest(part)
+    if os.path.lexists(target):
+        remove(target)
+    os.replace(part, target)
+    _WRITTEN[os.path.abspath(target)] = recorded
+    return target
+
+
+def remove(path: str | Path, recorded: str | None = None) -> None:
+    """Delete ``path`` after :func:`release` (a file attndyn wrote, unchanged; a folder attndyn wrote)."""
+    import shutil
+
+    path = Path(path)
+    release(path, recorded)
+    if not os.path.lexists(path):
+        return
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    _WRITTEN.pop(os.path.abspath(path), None)
+
+
+def _move(path: Path, target: Path, recorded: str) -> None:
+    release(path, recorded)
+    release(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(target):
+        raise OwnershipError(f"{target} exists; attndyn does not move a file over it")
+    os.replace(path, target)
+    _WRITTEN.pop(os.path.abspath(path), None)
+
+
+def open_live(owner: Owner, name: str, mode: str = "a+"):
+    """Open one of the sweep folder's live files (its lock) without following a link; recorded as live."""
+    if name not in LIVE_FILES:
+        raise ValueError(f"{name!r} is not a live file")
+    path = owner.folder / name
+    _no_links_below_owner(path)
+    if os.path.lexists(path) and owner.files.get(name) != LIVE:
+        if os.path.islink(path) or not path.is_file():
+            raise OwnershipError(f"{path} is not a regular file attndyn wrote; move it away")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(fd, mode)
+
+
+# --- markers ------------------------------------------------------------------------------------
 
 
 @dataclass
 class Owner:
-    """A folder claimed by one command: its kind, who wrote it, the files attndyn wrote there."""
+    """A folder claimed by one command: its kind, who wrote it, the files attndyn wrote there (their
+    hashes) and those it moved into ``.previous/``."""
 
     folder: Path
     kind: str
     writer: str
-    files: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    previous: dict[str, str] = field(default_factory=dict)
 
     def add(self, *paths: str | Path) -> None:
+        """Record files attndyn just wrote (with the hash it wrote), folders it made, the live files;
+        a name that does not exist is skipped. OwnershipError for a file this process did not write."""
         for p in paths:
-            rel = Path(p).resolve().relative_to(self.folder.resolve()).as_posix() if Path(p).is_absolute() else Path(p).as_posix()
-            if rel not in self.files:
-                self.files.append(rel)
+            rel = Path(os.path.abspath(p)).relative_to(os.path.abspath(self.folder)).as_posix() if Path(p).is_absolute() else Path(p).as_posix()
+            path = self.folder / rel
+            _no_links_below_owner(path)
+            if not os.path.lexists(path):
+                continue
+            key = os.path.abspath(path)
+            if os.path.islink(path):
+                raise OwnershipError(f"{path} is a symbolic link; attndyn records only what it wrote")
+            if rel in LIVE_FILES and path.is_file():
+                self.files[rel] = LIVE
+            elif key in _WRITTEN:
+                self.files[rel] = _WRITTEN[key]
+            elif path.is_dir():
+                self.files.setdefault(rel, FOLDER)
+            elif rel in self.files and self.files[rel] not in (FOLDER, LIVE) and digest(path) == self.files[rel]:
+                pass
+            else:
+                raise OwnershipError(f"{path} was not written by attndyn in this run; it is not recorded as attndyn's")
+            for parent in list(Path(rel).parents)[:-1]:
+                self.files.setdefault(parent.as_posix(), FOLDER)
+        self._save()
+
+    def mkdir(self, rel: str) -> Path:
+        """Make (or keep) the sub-folder ``rel`` and record it."""
+        path = self.folder / rel
+        _no_links_below_owner(path / "x")
+        if os.path.islink(path):
+            raise OwnershipError(f"{path} is a symbolic link; attndyn never writes through links")
+        path.mkdir(parents=True, exist_ok=True)
+        self.add(rel)
+        return path
+
+    def remove(self, *rels: str) -> None:
+        """Delete recorded files (the gate checks their hashes) and forget them."""
+        for rel in rels:
+            if rel in self.files:
+                remove(self.folder / rel, self.files[rel])
+                del self.files[rel]
         self._save()
 
     def refuse_foreign(self, *names: str) -> None:
-        """OwnershipError when one of ``names`` exists in the folder and attndyn did not write it
-        (call before writing: attndyn never overwrites a file it does not own)."""
+        """OwnershipError when one of ``names`` exists in the folder and attndyn did not write it (as
+        it is now): call before writing; attndyn never overwrites a file it does not own."""
         for name in names:
-            if (self.folder / name).exists() and Path(name).as_posix() not in self.files:
-                raise OwnershipError(f"{self.folder / name} exists and was not written by attndyn; move it away or name another folder")
+            release(self.folder / name, self.files.get(Path(name).as_posix()) or "")
 
     def _save(self) -> None:
         from attndyn import __version__
 
-        record = {"kind": self.kind, "version": __version__, "writer": self.writer, "files": sorted(self.files)}
-        atomic_write_text(self.folder / MARKER, json.dumps(record, indent=1) + "\n")
+        record = {
+            "kind": self.kind,
+            "format": FORMAT,
+            "version": __version__,
+            "writer": self.writer,
+            "files": dict(sorted(self.files.items())),
+            "previous": dict(sorted(self.previous.items())),
+        }
+        _write_marker(self.folder, json.dumps(record, indent=1) + "\n")
+
+
+def _write_marker(folder: Path, text: str) -> None:
+    """The marker is attndyn's own by construction (the folder was claimed): written then renamed,
+    never through a link (a link under its name is replaced, not followed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{MARKER}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, folder / MARKER)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # the temporary file made above
+        raise
+
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker of ``folder`` (None without one); OwnershipError for an unreadable one."""
+    path = Path(folder) / MARKER
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not path.is_file():
+        raise OwnershipError(f"{folder}: its marker {MARKER} is not a regular file; move the folder aside")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise OwnershipError(f"{folder}: its marker {MARKER} is unreadable; move the folder aside or remove the marker") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("files", []), list | dict):
+        raise OwnershipError(f"{folder}: its marker {MARKER} is not an attndyn marker")
+    return data
+
+
+def _load(folder: Path) -> dict | None:
+    """A marker of this format with well-formed records, or None."""
+    try:
+        data = read_marker(folder)
+    except OwnershipError:
+        return None
+    if data is None or data.get("format") != FORMAT:
+        return None
+    files, previous = data.get("files"), data.get("previous", {})
+    if not (isinstance(files, dict) and isinstance(previous, dict)):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) and _inside(k) for k, v in (*files.items(), *previous.items())):
+        return None
+    return {**data, "files": files, "previous": previous}
+
+
+def _inside(rel: str) -> bool:
+    """A recorded path that stays inside its folder (no absolute path, no ``..``, not the marker or .previous/)."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and parts[0] not in (MARKER, PREVIOUS)
+
+
+# --- claiming a folder --------------------------------------------------------------------------
 
 
 def unsafe_reason(folder: Path) -> str | None:
@@ -93,113 +392,161 @@ def unsafe_reason(folder: Path) -> str | None:
     return None
 
 
-def read_marker(folder: Path) -> dict | None:
-    """The marker of ``folder`` (None without one); OwnershipError for an unreadable one."""
-    path = folder / MARKER
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise OwnershipError(f"{folder}: its marker {MARKER} is unreadable; move the folder aside or remove the marker") from None
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("files", []), list):
-        raise OwnershipError(f"{folder}: its marker {MARKER} is not an attndyn marker")
-    return data
+def _own_name(kind: str, name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in OWN[kind])
 
 
-def check(folder: str | Path, kind: str, *, option: str = "--out") -> Path:
-    """Raise OwnershipError unless attndyn may write a ``kind`` folder at ``folder``; touches nothing."""
-    if kind not in LEGACY:
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _disproof(folder: Path, kind: str) -> str | None:
+    """Why ``folder`` (an existing folder) cannot be proved a ``kind`` folder attndyn wrote, or None."""
+    entries = sorted(os.listdir(folder))
+    marker = read_marker(folder)
+    if marker is None:
+        if not entries:
+            return None
+        return f"is not empty and was not written by attndyn (it holds {_shown(entries)})"
+    if marker["kind"] != kind:
+        return f"is an attndyn {marker['kind']} folder, not a {kind} folder"
+    proof = _load(folder)
+    if proof is None:
+        return f"has a marker {MARKER} without the content hashes attndyn records (written by hand or by an attndyn before 0.3)"
+    changed = []
+    for rel, recorded in proof["files"].items():
+        path = folder / rel
+        if not os.path.lexists(path):
+            continue
+        if os.path.islink(path):
+            changed.append(f"{rel} (a symbolic link)")
+        elif recorded == LIVE:
+            if not path.is_file():
+                changed.append(f"{rel} (not a regular file)")
+        elif recorded == FOLDER:
+            if not path.is_dir():
+                changed.append(f"{rel} (not a folder)")
+        elif not path.is_file() or digest(path) != recorded:
+            changed.append(f"{rel} (changed since attndyn wrote it)")
+    if changed:
+        return f"holds files that are not what attndyn wrote: {_shown(changed)}"
+    aside = folder / PREVIOUS
+    if os.path.lexists(aside) and (os.path.islink(aside) or not aside.is_dir()):
+        return f"holds a {PREVIOUS} that is not a folder attndyn made"
+    foreign = [e for e in entries if e not in (MARKER, PREVIOUS) and e not in proof["files"] and _own_name(kind, e)]
+    # the live files of a sweep folder (its lock, SQLite's files) appear before they are recorded, and
+    # attndyn changes them in place only: a regular file of those names is not refused
+    foreign = [e for e in foreign if not (e in LIVE_FILES and (folder / e).is_file() and not os.path.islink(folder / e))]
+    # an empty folder of one of its names holds nothing to lose (an interrupted run leaves figures/ so)
+    foreign = [e for e in foreign if os.path.islink(folder / e) or not (folder / e).is_dir() or any((folder / e).iterdir())]
+    if foreign:
+        return f"holds {_shown(foreign)}, which was not written by attndyn and would be overwritten"
+    return None
+
+
+def check(folder: str | Path, kind: str, *, option: str = "--out", force_adopt: bool = False) -> Path:
+    """Raise OwnershipError unless attndyn may write a ``kind`` folder at ``folder`` (see the module
+    docstring; with ``force_adopt`` a folder it cannot prove is accepted, to be adopted by
+    :func:`claim`); touches nothing."""
+    if kind not in OWN:
         raise ValueError(f"unknown folder kind {kind!r}")
     raw = str(folder)
     folder = Path(folder)
     why = unsafe_reason(Path(raw)) if raw.strip() else "an empty path"
     if why:
         raise OwnershipError(f"{option} {raw!r} is {why}; name a new or empty folder")
-    if folder.exists() and not folder.is_dir():
+    if os.path.islink(folder):
+        raise OwnershipError(f"{option} {raw!r} is a symbolic link; attndyn never writes through links: name the folder itself or a new one")
+    try:
+        _no_links_below_owner(folder / MARKER)
+    except OwnershipError as err:
+        raise OwnershipError(f"{option} {raw!r}: {err}") from None
+    if os.path.lexists(folder) and not folder.is_dir():
         raise OwnershipError(f"{option} {raw!r} exists and is not a folder")
     if not folder.is_dir():
         return folder
-    marker = read_marker(folder)
-    if marker is not None:
-        if marker["kind"] != kind:
-            raise OwnershipError(f"{option} {raw!r} is an attndyn {marker['kind']} folder, not a {kind} folder; name another folder")
+    problem = _disproof(folder, kind)
+    if problem is None or (force_adopt and option == "--out"):
         return folder
-    entries = sorted(p.name for p in folder.iterdir())
-    foreign = [e for e in entries if e != PREVIOUS and not any(fnmatch.fnmatchcase(e, pattern) for pattern in LEGACY[kind])]
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise OwnershipError(f"{option} {raw!r} is not empty and was not written by attndyn (it holds {shown}); name a new or empty folder")
-    return folder
+    if problem.startswith("is an attndyn"):
+        raise OwnershipError(f"{option} {raw!r} {problem}; name another folder")
+    ways = "name a new or empty folder"
+    if option == "--out":
+        ways += ", or pass --force-adopt to move what it holds into a dated folder inside it (nothing is deleted)"
+    raise OwnershipError(f"{option} {raw!r} {problem}; {ways}")
 
 
-def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out") -> Owner:
-    """Check (see :func:`check`), create the folder if needed, and write its marker."""
-    folder = check(folder, kind, option=option)
-    existed = folder.is_dir()
+def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", force_adopt: bool = False) -> Owner:
+    """Check (see :func:`check`), create the folder if needed (adopting it first with
+    ``force_adopt`` when it cannot be proved attndyn's), and write its marker."""
+    folder = check(folder, kind, option=option, force_adopt=force_adopt)
     folder.mkdir(parents=True, exist_ok=True)
-    marker = read_marker(folder) if existed else None
-    if marker is not None:
-        files = [f for f in marker.get("files", []) if isinstance(f, str)]
-    else:  # a new folder, or one written before markers (all its entries are the kind's own)
-        files = sorted(p.name for p in folder.iterdir()) if existed else []
-    owner = Owner(folder, kind, writer, files)
+    proof = _load(folder) if _disproof(folder, kind) is None else None
+    if proof is None and any(True for _ in folder.iterdir()):
+        _adopt(folder)
+    owner = Owner(folder, kind, writer, dict(proof["files"]) if proof else {}, dict(proof["previous"]) if proof else {})
     owner._save()
     return owner
 
 
-PREVIOUS = ".previous"  # where a rerun moves the files of the run it replaces (one generation)
+def _adopt(folder: Path) -> Path:
+    """Move every entry of ``folder`` (a marker and ``.previous/`` included) into a new dated folder
+    inside it; nothing is deleted, links are moved as links."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = folder / f"adopted-{stamp}"
+    k = 1
+    while os.path.lexists(target):
+        k += 1
+        target = folder / f"adopted-{stamp}-{k}"
+    entries = [e for e in os.listdir(folder)]
+    target.mkdir()
+    for entry in entries:
+        os.rename(folder / entry, target / entry)
+    return target
 
 
 def clear(owner: Owner, *, keep: tuple[str, ...] = ()) -> None:
     """Move the files attndyn recorded in ``owner``'s folder (not those in ``keep``) aside, into
-    ``.previous/`` (which holds the run replaced last; an older one there is dropped: it was
-    attndyn's too), and remove the folders they leave empty. Foreign files stay where they are."""
-    import shutil
-
-    root = owner.folder.resolve()
+    ``.previous/``, after deleting the generation recorded there (files whose hash still matches;
+    anything else there stays, and so does the folder). Folders left empty are removed; foreign
+    files stay where they are."""
+    kept = lambda rel: rel in keep or any(rel.startswith(k.rstrip("/") + "/") for k in keep)  # noqa: E731
+    moving = [rel for rel, h in owner.files.items() if h not in (FOLDER, LIVE) and not kept(rel)]
+    if not moving:
+        return
     aside = owner.folder / PREVIOUS
-    remaining = []
-    moving = [rel for rel in owner.files if not (rel in keep or any(rel.startswith(k.rstrip("/") + "/") for k in keep))]
-    if moving and aside.is_dir():
-        shutil.rmtree(aside)
+    if os.path.lexists(aside) and (os.path.islink(aside) or not aside.is_dir()):
+        raise OwnershipError(f"{aside} is not a folder attndyn made; move it away")
+    for rel, recorded in sorted(owner.previous.items()):
+        try:
+            remove(aside / rel, recorded)
+        except OwnershipError:
+            pass  # changed since attndyn moved it there: no longer attndyn's, kept
+        _prune(aside / rel, aside)
+    owner.previous = {}
+    owner._save()
     # the files whose presence marks a complete folder go first: an interrupted clear never leaves
     # a folder that looks complete
-    for rel in sorted(owner.files, key=lambda r: r not in COMPLETE):
-        if rel not in moving:
-            remaining.append(rel)
-            continue
-        path = (owner.folder / rel).resolve()
-        if root not in path.parents or path == aside.resolve():  # a marker naming a path outside its folder is never followed
-            continue
-        if path.is_dir() and not path.is_symlink():
-            if rel in LEGACY[owner.kind] and _only_own(path):
-                _move(path, aside / rel)
+    for rel in sorted(moving, key=lambda r: (r not in COMPLETE, r)):
+        recorded = owner.files.pop(rel)
+        path = owner.folder / rel
+        if os.path.lexists(path):
+            if os.path.lexists(aside / rel):  # a file attndyn did not put there has the name: this one goes
+                remove(path, recorded)
             else:
-                _remove_empty(path)
-        elif path.exists() or path.is_symlink():
-            _move(path, aside / rel)
-        parent = path.parent
-        while parent != root and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
-    owner.files = remaining
+                _move(path, aside / rel, recorded)
+                owner.previous[rel] = recorded
+        _prune(path, owner.folder)
+    for rel in [r for r, h in owner.files.items() if h == FOLDER and not os.path.isdir(owner.folder / r)]:
+        del owner.files[rel]
     owner._save()
 
 
-def _move(path: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(path, target)
-
-
-def _only_own(path: Path) -> bool:
-    """A legacy sub-folder (figures/, runs/) holds only attndyn's files: no markers of others, no foreign kinds."""
-    return all(p.suffix in {".png", ".svg", ".gif", ".json", ".npz", ".html", ".csv"} or p.is_dir() for p in path.rglob("*"))
-
-
-def _remove_empty(path: Path) -> None:
-    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        if not any(sub.iterdir()):
-            sub.rmdir()
-    if path.is_dir() and not any(path.iterdir()):
-        path.rmdir()
+def _prune(path: Path, root: Path) -> None:
+    """Remove the folders ``path`` leaves empty, up to ``root`` (an empty folder holds nothing to lose)."""
+    parent = path.parent
+    while parent != root and root in parent.parents and parent.is_dir() and not os.path.islink(parent) and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+    if root.name == PREVIOUS and root.is_dir() and not any(root.iterdir()):
+        root.rmdir()
