@@ -124,7 +124,7 @@ SENSITIVITY = {
         ({"meanfield_R0_factor": 1 + 1e-10}, {}, ["mean field:"]),
         ({"coupling": 0.95}, {}, ["stratified particles"]),
         ({"coupling": 1.05}, {}, ["stratified particles"]),
-        ({"coupling": 0.7}, {}, ["particles: fitted exponent", "stratified particles"]),
+        ({"coupling": 0.7}, {}, ["stratified particles"]),
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [

@@ -681,19 +681,15 @@ def test_kuramoto_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["R_strat512"][-1] += 0.03  # stratified particles 0.03 off R(T) (about 10 standard errors)
     assert failing(judged(cid, a), "stratified particles")
+    # the fitted exponent is reported, not judged (issue 33: a band on one slope is not derived and
+    # failed correct dynamics at seeds 14 and 18); the stratified check carries the verdict
+    (slope,) = [c for name, c in judged(cid, copy_arrays(cid)).items() if name.startswith("particles: fitted exponent")]
+    assert slope.passed is None
+    assert -1.0 < slope.value < 0.0
     a = copy_arrays(cid)
-    # particles that do not improve with n (an error floor): every n gets the smallest n's systems
-    first = a[f"R_n{int(a['ns'][0])}"]
-    for n in a["ns"]:
-        a[f"R_n{n}"] = first
-    assert failing(judged(cid, a), "particles: fitted exponent")
-    a = copy_arrays(cid)
-    # errors that fall like 1/n (too fast for i.i.d. samples): scale each deviation by sqrt(n0 / n)
-    exact = theory.kuramoto_order(a["ts"], tiny_config(cid).R0)[:, None]
-    n0 = a["ns"][0]
-    for n in a["ns"]:
-        a[f"R_n{n}"] = exact + (a[f"R_n{n}"] - exact) * np.sqrt(n0 / n)
-    assert failing(judged(cid, a), "particles: fitted exponent")
+    Rn = a["R_strat256"]
+    Rn[1:] += 12 * Rn[1:].std(1, ddof=1, keepdims=True) / np.sqrt(Rn.shape[1])  # every save 12 standard errors off
+    assert failing(judged(cid, a), "stratified particles")
 
 
 def test_mean_field_limit_checks_fail_on_violations():
