@@ -800,8 +800,29 @@ def test_causal_position_bias_checks_fail_on_violations():
     assert failing(tampered["rk4"], "beta = 0: RK4 steps")
     assert failing(tampered["flow"], "beta = 0: adaptive flow")
     a = copy_arrays(cid)
-    a["rollout"][99] *= 1.001  # the weight of token 100 off by 0.1 %
+    a["rollout"][99] *= 1 + 1e-9  # the weight of token 100 off by 1e-9 (relative)
     assert failing(judged(cid, a), "rollout of the engine's attention")
+    a = copy_arrays(cid)
+    a["rollout"][-1] *= 1 + 1e-9  # the last token's weight off the closed form
+    a["rollout_exact"][-1] *= 1 + 1e-9  # and the exact row with it: the closed form still catches it
+    assert failing(judged(cid, a), "rollout of the engine's attention")
+
+
+def test_causal_position_bias_compares_with_values_computed_in_the_run():
+    """Issue 33: no reference numbers typed from SPEC; the last weight's closed form (a + (1-a)/n)^H in the run."""
+    from attndyn.claims import causal_position_bias as cpb
+
+    assert not any(name.startswith("REFERENCE_W") or name == "REFERENCE_LAST" for name in vars(cpb))
+    a = copy_arrays(cid := "causal-position-bias")
+    (check,) = [c for name, c in judged(cid, a).items() if name.startswith("rollout of the engine")]
+    n, H, w = cpb.REFERENCE_N, cpb.REFERENCE_H, cpb.REFERENCE_A
+    assert f"{(w + (1 - w) / n) ** H:.6g}" in check.note
+    # the exact row by separate code: the weights of the last token under H steps of a I + (1 - a) C, C_ij = 1/i
+    C = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    row = np.eye(n)[-1]
+    for _ in range(H):
+        row = w * row + (1 - w) * (row @ C)
+    np.testing.assert_allclose(a["rollout_exact"], row, rtol=1e-12)
 
 
 def test_the_polygon_s_rounding_budget_grows_at_the_sphere_s_transverse_rate():
