@@ -141,9 +141,24 @@ SENSITIVITY = {
         ({}, {"ROLLOUT_H": 5}, ["rollout of the engine's attention"]),
     ],
     RC: [
-        ({"self_attending": [3, 20]}, {}, ["full: mu(X_L)", "causal: mu(X_L)", "window 8: mu(X_L)", "window 4: mu(X_L)"]),
-        ({"windows": [32, 4]}, {}, ["median collapse rates ordered"]),
-        ({"polygon_shift": 1e-3}, {}, ["post-LN, V = -I: velocity", "post-LN, V = -I: max |x(t)"]),
+        (
+            {"self_attending": [3, 20]},
+            {},
+            ["full: mu(X_L)", "causal: mu(X_L)", "window 8: mu(X_L)", "window 4: mu(X_L)", "full: first layer", "causal: late rate"],
+        ),
+        (
+            {"residual": 0.1},
+            {},
+            [
+                "causal: first layer",
+                "window 8: first layer",
+                "window 4: first layer",
+                "causal: late rate",
+                "window 8: late rate",
+                "window 4: late rate",
+            ],
+        ),
+        ({"polygon_V": 1.0}, {}, ["post-LN, V = -I, perturbed polygon"]),
         ({"sigma_factor": 1.03}, {}, ["sigma = 0.5: bulk moments", "sigma = 1: bulk moments"]),
         ({"sigma_factor": 0.97}, {}, ["sigma = 0.5: bulk moments", "sigma = 1: bulk moments"]),
     ],
