@@ -833,7 +833,7 @@ def test_the_polygon_s_jacobian_is_the_engine_s_and_v_minus_i_is_stable():
     for c in (-1.0, 1.0):
         sphere = ad.Model(ad.Weights(np.eye(2), np.eye(2), c * np.eye(2)), beta=1.0, geometry="sphere")
 
-        def angle_speed(th):
+        def angle_speed(th, sphere=sphere):
             x = np.stack([np.cos(th), np.sin(th)], -1)
             v = ad.velocity(0.0, x, sphere)
             return -np.sin(th) * v[:, 0] + np.cos(th) * v[:, 1]
@@ -842,7 +842,8 @@ def test_the_polygon_s_jacobian_is_the_engine_s_and_v_minus_i_is_stable():
         J = np.stack([(angle_speed(th0 + h * e) - angle_speed(th0 - h * e)) / (2 * h) for e in np.eye(n)], 1)
         np.testing.assert_allclose(np.sort(np.linalg.eigvalsh((J + J.T) / 2)), np.sort(polygon_jacobian_eigenvalues(n, 1.0, c)), atol=1e-8)
     lam = np.sort(polygon_jacobian_eigenvalues(n, 1.0, -1.0))
-    assert lam[-1] == pytest.approx(0.0, abs=1e-15) and lam[-2] < 0  # V = -I: only the rotation is neutral
+    assert lam[-1] == pytest.approx(0.0, abs=1e-15)  # V = -I: only the rotation is neutral
+    assert lam[-2] < 0
 
 
 @pytest.mark.parametrize("w", [2, 3, 4, 8, 9, 31, 32])
@@ -864,7 +865,8 @@ def test_rank_collapse_judges_no_floor_dependent_rate_and_reports_the_delay():
     assert not any(name.startswith("median collapse rates ordered") for name in checks)
     (eff,) = [c for name, c in checks.items() if name.startswith("effective rates")]
     (delay,) = [c for name, c in checks.items() if name.startswith("layers to reach")]
-    assert eff.passed is None and delay.passed is None
+    assert eff.passed is None
+    assert delay.passed is None
     late = tiny_result(cid).info["late"]
     assert set(late) == {"causal", "window 8", "window 4"}
     for r, ln_lam2, _ in late.values():

@@ -11,7 +11,7 @@ import torch
 from scipy.stats import t as student
 
 import attndyn as ad
-from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, at_most, every, every_within, report
+from attndyn.claims.common import ClaimInfo, ExperimentConfig, Result, at_most, every_within, report
 from attndyn.core.attention import weights_from_scores
 from attndyn.theory import third_wave as tw
 from attndyn.workflow import plots
@@ -19,7 +19,7 @@ from attndyn.workflow import plots
 CLAIM = ClaimInfo(
     id="rank-collapse",
     paper_ref="arXiv:2405.18781 (Wu, Ajorlou, Wang, Jegelka, Jadbabaie) and arXiv:2410.07799 (Nait Saada, Naderi, Tanner)",
-    title="Rank collapse of pure attention for every connected mask, windows delay it (same late rate ln 1/2); LayerNorm equilibria that do not collapse",
+    title="Rank collapse of pure attention for every connected mask, windows delay it (late rate ln 1/2); LayerNorm equilibria that do not collapse",
     statement=(
         "Pure attention layers X <- A(X) X collapse to rank one, mu(X) = |X - 1 gamma^T| -> 0 exponentially, for every mask "
         "whose graph is quasi-strongly connected (full, causal, sliding window). Local windows delay the collapse; they do not "
