@@ -17,6 +17,9 @@ from tests.tiny_claims import TINY, tiny_result
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
+# mode-selection's white noise at its quick size (attndyn.claims.mode_selection.QUICK)
+MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32}
+
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 SENSITIVITY = {
@@ -106,8 +109,9 @@ SENSITIVITY = {
         ({"beta_factor": 0.999}, {}, ["particles: |fitted rate"]),
         ({"meanfield_beta_factor": 1 + 1e-5}, {}, ["mean field: |fitted rate"]),
         ({"meanfield_beta_factor": 1 - 1e-5}, {}, ["mean field: |fitted rate"]),
-        ({"noise_beta_factor": 0.6}, {}, ["white noise at beta = 5"]),
-        ({"noise_beta_factor": 1.4}, {}, ["white noise at beta = 5"]),
+        # white noise at the README's quick size (32 seeds of 256 particles at beta = 2, 5, 10), where the power is stated
+        ({"noise_beta_factor": 0.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
+        ({"noise_beta_factor": 1.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"sphere_beta_factor": 1.005}, {}, ["S^2 particles (d = 3)"]),
         ({"sphere_beta_factor": 0.995}, {}, ["S^2 particles (d = 3)"]),
         ({"sphere_meanfield_beta_factor": 1 + 1e-5}, {}, ["S^2 mean field (zonal solver)"]),
@@ -171,6 +175,12 @@ CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases
 
 def _judged_names(claim_id: str) -> list[str]:
     return [name for name, c in tiny_result(claim_id).checks.items() if c.passed is not None]
+
+
+def test_mode_selection_noise_power_is_tested_at_the_quick_size():
+    from attndyn.claims.mode_selection import QUICK
+
+    assert {k: QUICK[k] for k in MS_QUICK_NOISE} == MS_QUICK_NOISE
 
 
 @pytest.mark.parametrize(("claim_id", "k"), CASES, ids=[f"{c}-{k}" for c, k in CASES])
