@@ -66,7 +66,7 @@ def _unlabelled_axes(fig) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("decades", [0.3, 1.0, 2.0, 5.0, 18.0, 40.0])
+@pytest.mark.parametrize("decades", [0.02, 0.3, 1.0, 2.0, 5.0, 18.0, 40.0])
 def test_a_log_axis_is_labelled_over_any_span(decades):
     """Issue 33: `_plain_log_ticks` returned no tick over 18 decades (rank-collapse's y-axis)."""
     x = np.arange(10.0)

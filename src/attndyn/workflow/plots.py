@@ -569,6 +569,10 @@ def log_tick_values(vmin: float, vmax: float, most: int = 9) -> list[float]:
         inside = [m * 10.0**e for e in range(lo, hi + 1) for m in range(1, 10) if vmin * (1 - 1e-9) <= m * 10.0**e <= vmax * (1 + 1e-9)]
         if len(inside) > most:  # thin the crowded 1-9 labels
             inside = inside[:: math.ceil(len(inside) / most)]
+    if len(inside) < 2:  # a span within one 1-9 step (1.2e-3 to 1.5e-3): evenly spaced round values
+        from matplotlib.ticker import MaxNLocator
+
+        inside = [float(t) for t in MaxNLocator(4).tick_values(vmin, vmax) if vmin * (1 - 1e-9) <= t <= vmax * (1 + 1e-9) and t > 0]
     return inside
 
 
