@@ -17,6 +17,9 @@ from tests.tiny_claims import TINY, tiny_result
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
+# mode-selection's white noise at its quick size (attndyn.claims.mode_selection.QUICK)
+MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32}
+
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
 # metastability's USA runs at their quick size (the authors' start is fixed: the seed does not enter them)
@@ -116,8 +119,9 @@ SENSITIVITY = {
         ({"beta_factor": 0.999}, {}, ["particles: |fitted rate"]),
         ({"meanfield_beta_factor": 1 + 1e-5}, {}, ["mean field: |fitted rate"]),
         ({"meanfield_beta_factor": 1 - 1e-5}, {}, ["mean field: |fitted rate"]),
-        ({"noise_beta_factor": 0.6}, {}, ["white noise at beta = 5"]),
-        ({"noise_beta_factor": 1.4}, {}, ["white noise at beta = 5"]),
+        # white noise at the README's quick size (32 seeds of 256 particles at beta = 2, 5, 10), where the power is stated
+        ({"noise_beta_factor": 0.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
+        ({"noise_beta_factor": 1.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"sphere_beta_factor": 1.005}, {}, ["S^2 particles (d = 3)"]),
         ({"sphere_beta_factor": 0.995}, {}, ["S^2 particles (d = 3)"]),
         ({"sphere_meanfield_beta_factor": 1 + 1e-5}, {}, ["S^2 mean field (zonal solver)"]),
@@ -134,7 +138,7 @@ SENSITIVITY = {
         ({"meanfield_R0_factor": 1 + 1e-10}, {}, ["mean field:"]),
         ({"coupling": 0.95}, {}, ["stratified particles"]),
         ({"coupling": 1.05}, {}, ["stratified particles"]),
-        ({"coupling": 0.7}, {}, ["particles: fitted exponent", "stratified particles"]),
+        ({"coupling": 0.7}, {}, ["stratified particles"]),
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
     GMF: [
@@ -154,9 +158,24 @@ SENSITIVITY = {
         ({}, {"ROLLOUT_H": 5}, ["rollout of the engine's attention"]),
     ],
     RC: [
-        ({"self_attending": [3, 20]}, {}, ["full: mu(X_L)", "causal: mu(X_L)", "window 8: mu(X_L)", "window 4: mu(X_L)"]),
-        ({"windows": [32, 4]}, {}, ["median collapse rates ordered"]),
-        ({"polygon_shift": 1e-3}, {}, ["post-LN, V = -I: velocity", "post-LN, V = -I: max |x(t)"]),
+        (
+            {"self_attending": [3, 20]},
+            {},
+            ["full: mu(X_L)", "causal: mu(X_L)", "window 8: mu(X_L)", "window 4: mu(X_L)", "full: first layer", "causal: late rate"],
+        ),
+        (
+            {"residual": 0.1},
+            {},
+            [
+                "causal: first layer",
+                "window 8: first layer",
+                "window 4: first layer",
+                "causal: late rate",
+                "window 8: late rate",
+                "window 4: late rate",
+            ],
+        ),
+        ({"polygon_V": 1.0}, {}, ["post-LN, V = -I, perturbed polygon"]),
         ({"sigma_factor": 1.03}, {}, ["sigma = 0.5: bulk moments", "sigma = 1: bulk moments"]),
         ({"sigma_factor": 0.97}, {}, ["sigma = 0.5: bulk moments", "sigma = 1: bulk moments"]),
     ],
@@ -169,6 +188,12 @@ CASES = [(cid, k) for cid, cases in SENSITIVITY.items() for k in range(len(cases
 
 def _judged_names(claim_id: str) -> list[str]:
     return [name for name, c in tiny_result(claim_id).checks.items() if c.passed is not None]
+
+
+def test_mode_selection_noise_power_is_tested_at_the_quick_size():
+    from attndyn.claims.mode_selection import QUICK
+
+    assert {k: QUICK[k] for k in MS_QUICK_NOISE} == MS_QUICK_NOISE
 
 
 @pytest.mark.parametrize(("claim_id", "k"), CASES, ids=[f"{c}-{k}" for c, k in CASES])

@@ -21,10 +21,10 @@ CLAIM = ClaimInfo(
         "At beta = 0, SA on S^1 is the Kuramoto model with coupling 1. From a wrapped-Cauchy density with order parameter R0 the "
         "order parameter follows R(t) = R0 e^{t/2} / sqrt(1 + R0^2 (e^t - 1)). Judged: (i) the mean-field solver matches R(t) "
         "to 3e-12 over the run (3x its discretisation error: Dopri5 at rtol 1e-10, and spectral truncation R(T)^{M/3} < 1e-15); "
-        "(ii) particles drawn i.i.d. from the density and moved by the engine approach R(t) at rate n^{-1/2}: the fitted "
-        "exponent of the root-mean-square (over systems) of sup_t |R_n(t) - R(t)| against n is in [-0.6, -0.4]; (iii) "
-        "particles from stratified starts (the density's quantiles at (j + U)/n, one uniform shift U per system, so the start "
-        "is exact to O(1/n)) have a mean R_n(t) over systems within its standard error of R(t) at every save."
+        "(ii) particles from stratified starts (the density's quantiles at (j + U)/n, one uniform shift U per system, so the start "
+        "is exact to O(1/n)) have a mean R_n(t) over systems within its standard error of R(t) at every save. Reported, not "
+        "judged: particles drawn i.i.d. from the density approach R(t) at rate n^{-1/2} (SPEC); the fitted exponent of the "
+        "root-mean-square (over systems) of sup_t |R_n(t) - R(t)| against n (a band on one fitted slope is not derived)."
     ),
     hypotheses="beta = 0, R0 = 0.3, t in [0, 3]; mean field on M = 512 points; particles RK4 dt = 0.1, many systems per n (fewer for large n).",
     kind="pass/fail",
@@ -42,7 +42,6 @@ class Config(ExperimentConfig):
     meanfield_rtol: float = 1e-10
     # multiplies R0 in the mean-field solver's start only: 1 is the claim; the sensitivity test sets 1 + 1e-10
     meanfield_R0_factor: float = 1.0
-    slope_range: tuple[float, float] = (-0.6, -0.4)
     stratified_ns: list[int] = [256, 512]
     stratified_systems: int = 16
     family_alpha: float = 1e-3
@@ -104,13 +103,11 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     }
     err = errors(arrays, config)
     slope = circle.loglog_slope(arrays["ns"], err) if len(err) >= 2 else float("nan")
-    lo, hi = config.slope_range
-    checks["particles: fitted exponent p of the RMS error ~ n^p"] = every_within(
-        [slope],
-        lo,
-        hi,
-        f"RMS errors {np.round(err, 5).tolist()}",
-        detects="a coupling 30 % off (V = 0.7 I): an error floor that flattens the exponent",
+    # reported, not judged: the n^{-1/2} law is SPEC's, but a band on one fitted slope is not derived
+    # from it (the slope's sampling spread is not known in closed form; [-0.6, -0.4] failed correct
+    # dynamics at seeds 14 and 18 at quick size); the stratified check below carries the verdict
+    checks["particles: fitted exponent p of the RMS error ~ n^p"] = report(
+        slope, f"SPEC: -1/2; RMS errors {np.round(err, 5).tolist()} (not judged: the band on one slope is not derived)"
     )
     z, cases, dof = [], [], 1
     for n in arrays["stratified_ns"]:

@@ -104,7 +104,7 @@ void exp_array(long count, const double *x, double *y) {
    doubles (the scaled keys) and LANES n (a block of logits). M = Q^T K (d x d, row major), V (d x d);
    logits scale * <x_i, M x_j> (scale = beta, times e^{2 lam t} in the rescaled model). mode 0:
    v_i = V sum_j P_ij x_j; mode 1 (rescaled, V = lam I): v_i = lam (sum_j P_ij x_j - x_i); mode 2
-   (sphere, Post-LN): a_i = V sum_j P_ij x_j, v_i = a_i - <x_i, a_i> x_i; mode 3 (rescaled, any V, with
+   (sphere, Post-LN): a_i = V sum_j P_ij x_j, v_i = a_i - <x_i, a_i> x_i / |x_i|^2; mode 3 (rescaled, any V, with
    M = E^T Q^T K E for E = e^{tV}): v_i = V (sum_j P_ij x_j - x_i). mode + 4: the same with the
    unnormalized weights of USA, P_ij = e^{logit_ij} / n.
    LANES rows i are computed together, one per vector lane, so that every loop over the lanes
@@ -184,9 +184,10 @@ static inline __attribute__((always_inline)) void field_body(int n, const int d,
                 for (int c = 0; c < d; c++) s += V[r * d + c] * acc[c * LANES + l];
                 vi[r] = s * inv;
             }
-            if (mode == 2) {
-                double s = 0.0;
-                for (int c = 0; c < d; c++) s += xi[c] * vi[c];
+            if (mode == 2) { /* the projection at x_i / |x_i|: radii constant off the sphere (dynamics.py) */
+                double s = 0.0, r2 = 0.0;
+                for (int c = 0; c < d; c++) s += xi[c] * vi[c], r2 += xi[c] * xi[c];
+                s /= r2;
                 for (int c = 0; c < d; c++) vi[c] -= s * xi[c];
             }
         }

@@ -47,7 +47,13 @@ def styled(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, style: dict | None = None, **kwargs):
         with matplotlib.rc_context({**STYLE, **(style or {})}):
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        if isinstance(out, Figure):  # every log axis labelled (issue 33: none over 18 decades)
+            for ax in out.axes:
+                for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+                    if scale == "log":
+                        _plain_log_ticks(axis)
+        return out
 
     return wrapper
 
@@ -551,12 +557,53 @@ def _legend(ax, entries: int, *, right: float = 0.0) -> None:
         ax.legend(fontsize=8, framealpha=0.9)
 
 
-def _plain_log_ticks(axis) -> None:
-    """Log-axis labels at 1, 2 and 5 times the powers of ten, written plainly (0.02, 50, 1e+06), and no
-    minor labels: matplotlib's minor labels collide when an axis spans about one decade."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+def log_tick_values(vmin: float, vmax: float, most: int = 9) -> list[float]:
+    """Major ticks of a log axis over [vmin, vmax], at most ``most`` in view, never none: 1, 2 and 5 times
+    the powers of ten within about a decade, 1 and 3 within three, every power of ten up to ``most``
+    decades, and every k-th power of ten beyond (matplotlib's LogLocator with subs 1, 2, 5 returned no tick
+    at all over 18 decades). Fewer than two in view (a span below a decade): 1 to 9 times the powers."""
+    if not (np.isfinite(vmin) and np.isfinite(vmax)) or vmax <= 0:
+        return []
+    vmin, vmax = min(vmin, vmax), max(vmin, vmax)
+    vmin = vmin if vmin > 0 else vmax * 1e-6
+    lo, hi = math.floor(math.log10(vmin)), math.ceil(math.log10(vmax))
+    decades = math.log10(vmax / vmin)
+    stride = 1
+    if decades <= 1.3:
+        subs = (1.0, 2.0, 5.0)
+    elif decades <= 3.3:
+        subs = (1.0, 3.0)
+    else:
+        subs = (1.0,)
+        stride = max(1, math.ceil((hi - lo + 1) / most))
+    first = lo - lo % stride
+    ticks = [m * 10.0**e for e in range(first, hi + 1, stride) for m in subs]
+    inside = [t for t in ticks if vmin * (1 - 1e-9) <= t <= vmax * (1 + 1e-9)]
+    if len(inside) < 2:
+        inside = [m * 10.0**e for e in range(lo, hi + 1) for m in range(1, 10) if vmin * (1 - 1e-9) <= m * 10.0**e <= vmax * (1 + 1e-9)]
+        if len(inside) > most:  # thin the crowded 1-9 labels
+            inside = inside[:: math.ceil(len(inside) / most)]
+    if len(inside) < 2:  # a span within one 1-9 step (1.2e-3 to 1.5e-3): evenly spaced round values
+        from matplotlib.ticker import MaxNLocator
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        inside = [float(t) for t in MaxNLocator(4).tick_values(vmin, vmax) if vmin * (1 - 1e-9) <= t <= vmax * (1 + 1e-9) and t > 0]
+    return inside
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-axis labels from :func:`log_tick_values` (never none, never crowded), written plainly (0.02,
+    50, 1e+06), and no minor labels: matplotlib's minor labels collide when an axis spans about one decade."""
+    from matplotlib.ticker import FuncFormatter, Locator, NullFormatter
+
+    class PlainLogLocator(Locator):
+        def __call__(self):
+            vmin, vmax = self.axis.get_view_interval()
+            return self.tick_values(vmin, vmax)
+
+        def tick_values(self, vmin, vmax):
+            return log_tick_values(float(vmin), float(vmax))
+
+    axis.set_major_locator(PlainLogLocator())
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
