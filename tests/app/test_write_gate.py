@@ -73,6 +73,16 @@ def _is_temp(node: ast.AST, temp: set[str]) -> bool:
     return _makes_temp(node) or bool(_names(node) & temp)
 
 
+def _read_only(call: ast.Call) -> bool:
+    """``os.open(path, flags)`` whose flags name no way to write (O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND)."""
+    if len(call.args) < 2:
+        return False
+    names = {n.attr for n in ast.walk(call.args[1]) if isinstance(n, ast.Attribute)} | {
+        n.id for n in ast.walk(call.args[1]) if isinstance(n, ast.Name)
+    }
+    return "O_RDONLY" in names and not names & {"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"}
+
+
 def _write_mode(call: ast.Call) -> bool:
     mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
     return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
@@ -92,6 +102,8 @@ def violations(source: str, where: str) -> list[str]:
                 continue
             f = call.func
             targets = None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) == ("os", "open") and _read_only(call):
+                continue
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in FUNCTIONS:
                 targets = list(call.args[:2]) if f.attr not in ("rmtree", "remove", "unlink", "rmdir", "truncate", "open") else call.args[:1]
             elif isinstance(f, ast.Attribute) and f.attr in METHODS:

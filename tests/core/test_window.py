@@ -70,7 +70,7 @@ def test_window_rides_the_solvers_and_the_sphere(rng):
 
     def f(x):
         v = numpy_field(x, W, 2.0, 2)
-        return v - (v * x).sum(-1, keepdims=True) * x
+        return v - (v * x).sum(-1, keepdims=True) * x / (x * x).sum(-1, keepdims=True)  # the tangent projection at x/|x|
 
     x = x0.copy()
     for _ in range(10):

@@ -47,7 +47,7 @@ def encode_results(arrays: dict) -> bytes:
     return len(header).to_bytes(4, "little") + header + b"".join(v.tobytes() for _, v in values)
 
 
-def cell(text, where: str):
+def cell(text: str | bytes | None, where: str) -> object:
     """A JSON cell of the ledger, parsed within bounds; :class:`SweepError` naming ``where`` when it is not
     the JSON attndyn wrote (a damaged or edited ledger)."""
     from attndyn.core.reading import FileRefused, loads_json

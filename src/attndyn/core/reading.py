@@ -123,7 +123,7 @@ def _bounded(parse, text: str, where: str, language: str):
     return value
 
 
-def loads_json(text: str, where: str):
+def loads_json(text: str, where: str) -> object:
     """``json.loads`` with the nesting depth bounded; :class:`FileRefused` names ``where``."""
     try:
         return _bounded(json.loads, text, where, "JSON")
@@ -139,7 +139,7 @@ def loads_toml(text: str, where: str) -> dict:
         raise FileRefused(f"{where}: not valid TOML ({err})") from None
 
 
-def read_json(path: str | Path, what: str = "JSON file", *, table: bool = True):
+def read_json(path: str | Path, what: str = "JSON file", *, table: bool = True) -> object:
     """A JSON file read within bounds; with ``table`` its top level must be an object (a dict)."""
     value = loads_json(read_text(path, what), str(path))
     if table and not isinstance(value, dict):

@@ -311,7 +311,7 @@ def check_length(decoder: Decoder, n: int, dtype: torch.dtype = torch.float64) -
     """ModelFileError before any work when ``n`` tokens exceed the model's context (its learned positions, or
     the context length its file declares) or when the forward pass's attention maps and states would not fit
     in the memory available."""
-    from attndyn.workflow.setup import available_memory
+    from attndyn.core.reading import available_memory
 
     context = decoder.pos_embed.shape[0] if decoder.positions == "learned" else decoder.context
     if context is not None and n > context:

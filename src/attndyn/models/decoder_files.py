@@ -410,7 +410,7 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
     )  # fmt: skip
 
 
-def check_tokenizer(tokenizer, vocab: int, where: str) -> None:
+def check_tokenizer(tokenizer: object, vocab: int, where: str) -> None:
     """A tokenizer whose ids all index the embedding (``vocab`` rows)."""
     if tokenizer is None:
         return

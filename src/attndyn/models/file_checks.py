@@ -90,11 +90,11 @@ class Text:
     max_len: int = 200
 
 
-def is_int(value) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def as_int(value, where: str, key: str, lo: int = 1, hi: int = MAX_WIDTH) -> int:
+def as_int(value: object, where: str, key: str, lo: int = 1, hi: int = MAX_WIDTH) -> int:
     """``value`` as an int in ``[lo, hi]``; ModelFileError naming ``where`` and ``key`` otherwise."""
     if not is_int(value):
         raise ModelFileError(f"{where}: {key} = {value!r} is not an integer")
@@ -103,7 +103,7 @@ def as_int(value, where: str, key: str, lo: int = 1, hi: int = MAX_WIDTH) -> int
     return int(value)
 
 
-def as_real(value, where: str, key: str, above: float = 0.0, hi: float = math.inf) -> float:
+def as_real(value: object, where: str, key: str, above: float = 0.0, hi: float = math.inf) -> float:
     """``value`` as a finite float in ``(above, hi]``; ModelFileError naming ``where`` and ``key`` otherwise."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ModelFileError(f"{where}: {key} = {value!r} is not a number")

@@ -42,6 +42,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from attndyn.core.errors import UserError
 
@@ -232,7 +233,7 @@ def _move(path: Path, target: Path, recorded: str) -> None:
     _WRITTEN.pop(os.path.abspath(path), None)
 
 
-def open_live(owner: Owner, name: str, mode: str = "a+"):
+def open_live(owner: Owner, name: str, mode: str = "a+") -> IO[str]:
     """Open one of the sweep folder's live files (its lock) without following a link; recorded as live."""
     if name not in LIVE_FILES:
         raise ValueError(f"{name!r} is not a live file")
