@@ -225,7 +225,7 @@ def test_the_count_holds_at_extreme_coordinates(rng, factor):
     st = clusters.stable_cluster_count(x * factor)
     assert (st.count, st.verdict) == (ref.count, ref.verdict) == (3, "clusters")
     lengths = ("within", "between", "scale", "reference", "nearest")
-    np.testing.assert_allclose([getattr(st, f) / factor for f in lengths], [getattr(ref, f) for f in lengths], rtol=1e-12)
+    np.testing.assert_allclose([getattr(st, f) / factor for f in lengths], [getattr(ref, f) for f in lengths], rtol=1e-9)  # Gram-matrix rounding
     np.testing.assert_allclose([st.gap_ratio, st.silhouette], [ref.gap_ratio, ref.silhouette], rtol=1e-12)
     assert clusters.stable_cluster_count(x * factor, scale=2.0 * factor).count == 3
 
