@@ -12,9 +12,11 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
   ``"one cluster"``, ``"no structure"``) and evidence (the tolerance window, nearest-pair, within- and
   between-cluster distances, the gap's ratio and spread, the silhouette). ``scale`` is the reference
   length of the system (a trajectory's initial diameter, 2 for unit vectors; by default the points'
-  own): a system that shrank far below it counts one cluster, k clusters separated by a gap count k
-  at any common scale and in any dimension, a cloud without a gap has no structure and counts every
-  point the resolution tells apart. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
+  own): a system that shrank far below it counts one cluster; k clusters separated by a gap count k
+  (measured down to a planted silhouette of 0.5 in d >= 64, 0.85 in the plane; a tight cluster beside
+  a loose one counts 2; coordinates of any finite size); a cloud without a gap has no structure and
+  counts every point the resolution tells apart. Long or curved clusters (silhouette < 0.5) read "no
+  structure" even when a gap separates them. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
   geometry use it; the rule and its limits are in docs/guide/analysis.md.
 * ``silhouette(distances, labels)``, ``distance_matrix(points)``: the evidence's building blocks.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
@@ -83,7 +85,7 @@ def cluster_count_profile(points: np.ndarray, tols: np.ndarray | None) -> np.nda
 # The merge-gap rule's constants (docs/guide/analysis.md, "Counting clusters"; tests/analysis/test_cluster_count.py).
 GAP_RATIO_MIN = 1.25  # a gap: the first merge between clusters at least 25 % above the last merge inside one
 GAP_SPREAD_MIN = 1.25  # ... and (log) at least 1.25 times as wide as the spread of the merges on either side of it
-GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2): a uniform 1-D cloud's largest gap about once in 10^3
+GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2) (uniform 1-D clouds pass a gap test 2-6 % of draws, n = 20-300)
 SPREAD_CLUSTER_MIN = 5  # ... judged cluster by cluster when every cluster has at least 5 points
 SILHOUETTE_MIN = 0.5  # ... and a partition of "reasonable structure" (Kaufman & Rousseeuw 1990: > 0.5)
 ONE_FRACTION = 0.5  # one cluster: no significant gap and a diameter at most half the reference scale
@@ -97,7 +99,8 @@ class StableCount:
     ``verdict``: ``"clusters"`` (a significant gap separates ``count >= 2`` groups), ``"one cluster"``
     (no gap inside, small against the reference; or one point at the resolution) or ``"no structure"``
     (no significant gap and not small: ``count`` is then the number of points the resolution tells apart,
-    ``n`` for a cloud without coincident points). ``scale``: the points' diameter; ``reference``: the
+    ``n`` for a cloud without coincident points). ``scale``: twice the points' largest distance to their
+    centroid (between their diameter and twice it); ``reference``: the
     length the window is relative to. ``nearest``: the nearest-pair distance. ``within`` / ``between``:
     the largest merge distance inside the counted clusters and the smallest distance between them (the
     window's edges for ``"clusters"``). ``gap_ratio`` = between / within; ``gap_spread``: the gap's log
@@ -121,7 +124,9 @@ class StableCount:
 
 
 def diameter_of(points: np.ndarray) -> float:
-    """Twice the largest distance to the centroid (0 for one point): the scale the window uses."""
+    """Twice the largest distance to the centroid (0 for one point): the scale the window uses.
+
+    Between the true diameter (largest pairwise distance) and twice it."""
     a = as_points(points)
     return float(np.max(np.linalg.norm(a - a.mean(0), axis=1))) * 2 if len(a) > 1 else 0.0
 
@@ -226,21 +231,22 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
     to the centroid, ``reference`` the larger of ``scale`` and the diameter, ``lo = rel_min x reference``
     the resolution and ``hi = rel_max x reference``.
 
-    0. Points closer than ``lo`` (chained) are one point: the rule runs on one representative of each
-       group the resolution tells apart (a cloud with every point doubled is the cloud; issue 34, B2).
     1. Diameter <= ``lo``: one cluster (one point at the resolution).
-    2. Sort the m - 1 single-linkage merge distances of the m resolved points, h_1 <= ... <= h_{m-1};
-       k clusters hold for tolerances in [h_{m-k}, h_{m-k+1}). A count 2 <= k <= ceil(m/2) is
-       *significant* when its gap ratio R = h_{m-k+1} / h_{m-k} is >= ``GAP_RATIO_MIN`` and either
-       (a) the log gap is >= ``GAP_SPREAD_MIN`` times the log spread of the merges on either side
-       (the top merge inside against their median, the median merge between against the first), or
-       (b) R >= 1 + ``GAP_FALSE_ALARM`` / ln(m/2) with every cluster of at least two points; and the
-       cut does not split a separated loose group into lone points (:func:`_loose_singletons`;
-       issue 34, B1); and the partition's mean silhouette is >= ``SILHOUETTE_MIN``.
+    2. Sort the single-linkage merge distances h_1 <= ... <= h_{n-1} (those below ``lo`` raised to
+       ``lo``); k clusters hold for tolerances in [h_{n-k}, h_{n-k+1}). A count 2 <= k <= ceil(n/2)
+       (or k = the number of points the resolution tells apart, when some coincide: coincident points
+       are a cluster) is *significant* when its gap ratio R = h_{n-k+1} / h_{n-k} is >= ``GAP_RATIO_MIN``
+       and either (a) the log gap is >= ``GAP_SPREAD_MIN`` times the log spread of the merges on either
+       side (:func:`_gap_spread`: below the gap cluster by cluster when each has at least
+       ``SPREAD_CLUSTER_MIN`` points; issue 34, B1), or (b) R >= 1 + ``GAP_FALSE_ALARM`` / ln(n/2) with
+       every cluster of at least two points; and the cut does not break a separated loose group into
+       lone points (:func:`_loose_singletons`; issue 34, B1); and the partition's mean silhouette is
+       >= ``SILHOUETTE_MIN`` (a single far point split from a loose cloud is a gap, not a structure).
     3. One cluster is a candidate when the diameter is <= ``ONE_FRACTION x reference``; its window is
        [diameter, ``hi``).
     4. The count is the candidate with the widest window (log); with no candidate the verdict is
-       ``"no structure"`` and the count is m, the number of points the resolution tells apart.
+       ``"no structure"`` and the count is the number of points the resolution tells apart (n for a
+       cloud without coincident points).
 
     The points are centred and divided by their largest coordinate first (the evidence is scaled
     back), so coordinates of any finite size work (issue 34, B3). ``scale``: the system's reference
