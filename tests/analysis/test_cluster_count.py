@@ -209,7 +209,11 @@ def test_lone_points_as_far_from_each_other_as_from_a_cluster_are_clusters(rng):
     beside a collapsed cluster are four clusters); only a loose group separated from the rest is one."""
     d = 64
     basis = np.eye(d)
-    x = np.r_[basis[0] + 1e-3 * rng.normal(size=(12, d)) / np.sqrt(d), basis[1:4]]  # lone points sqrt(2) from everything
+    # lone points 1.30 from each other and 1.36 from the cluster: they group first, but no gap sets the group apart
+    x = np.r_[basis[0] + 1e-3 * rng.normal(size=(12, d)) / np.sqrt(d), 0.92 * basis[1:4]]
+    h = clusters.merge_heights(x)
+    assert 1 < h[-1] / h[-2] < clusters.GAP_RATIO_MIN  # the lone group {1, 2, 3} joins the cluster without a gap
+    assert h[-2] / h[-3] < 1.01  # ... after forming at one height
     st = clusters.stable_cluster_count(x, scale=2.0)
     assert (st.count, st.verdict) == (4, "clusters"), st
     x[12:] = basis[1] + 0.3 * unit(rng.normal(size=(3, d)))  # the same three, now a loose group 1.4 from the cluster
