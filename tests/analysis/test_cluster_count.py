@@ -105,7 +105,7 @@ def test_evidence_equals_brute_force(rng):
     assert 1 < st.gap_ratio
     assert st.gap_spread >= clusters.GAP_SPREAD_MIN
     assert st.reference == 2.0
-    assert st.scale == clusters.diameter_of(x)
+    np.testing.assert_allclose(st.scale, clusters.diameter_of(x), rtol=1e-13)  # computed on the points divided by their extent
     # the window's middle tolerance labels the planted clusters
     lab = clusters.cluster_labels(x, tol=np.sqrt(st.tol_low * st.tol_high))
     assert len({(a, b) for a, b in zip(lab, labels, strict=True)}) == 5
@@ -180,3 +180,71 @@ def test_a_far_point_off_a_loose_cloud_is_a_gap_not_a_structure(rng, distance, e
     assert (sil >= clusters.SILHOUETTE_MIN) == (expected[1] == "clusters")
     h = clusters.merge_heights(x)
     assert h[-1] / h[-2] > 1.4  # in both cases a gap splits the far point off: the silhouette decides
+
+
+def tight_and_loose(seed, n_tight, n_loose, loose, d=64):
+    """A tight cluster (offsets of norm 0.03) and a loose one (offsets of norm ``loose``) around two random unit centres."""
+    r = np.random.default_rng(seed)
+    centres = unit(r.normal(size=(2, d)))
+    x = np.r_[centres[0] + 0.03 * unit(r.normal(size=(n_tight, d))), centres[1] + loose * unit(r.normal(size=(n_loose, d)))]
+    return x, (np.arange(n_tight + n_loose) >= n_tight).astype(int)
+
+
+@pytest.mark.parametrize(("n_tight", "n_loose", "loose"), [(12, 8, 0.3), (80, 10, 0.3), (50, 30, 0.3), (20, 10, 0.3), (12, 8, 0.5), (30, 30, 0.5)])
+def test_a_tight_and_a_loose_cluster_count_two(n_tight, n_loose, loose):
+    """Issue 34, B1: the cut "tight cluster + every loose point alone" had the widest window and a
+    silhouette >= 0.5 (the tight points score about 1), so 12 + 8 counted 9, 80 + 10 counted 11 and
+    50 + 30 counted 31; with a loose spread of 0.5 the tight cluster's merges counted as spread below
+    the gap and the pair read "no structure"."""
+    x, labels = tight_and_loose(0, n_tight, n_loose, loose)
+    st = clusters.stable_cluster_count(x, scale=2.0)
+    assert (st.count, st.verdict) == (2, "clusters"), st
+    np.testing.assert_allclose(st.silhouette, silhouette_by_loop(x, labels), rtol=1e-9)  # the planted partition
+    within = max(linkage(x[labels == c], "single")[:, 2].max() for c in (0, 1))
+    np.testing.assert_allclose([st.within, st.between], [within, cdist(x[labels == 0], x[labels == 1]).min()], rtol=1e-7)
+
+
+def test_lone_points_as_far_from_each_other_as_from_a_cluster_are_clusters(rng):
+    """The sensitivity side of B1: lone points are clusters when no gap groups them (three far tokens
+    beside a collapsed cluster are four clusters); only a loose group separated from the rest is one."""
+    d = 64
+    basis = np.eye(d)
+    # lone points 1.30 from each other and 1.36 from the cluster: they group first, but no gap sets the group apart
+    x = np.r_[basis[0] + 1e-3 * rng.normal(size=(12, d)) / np.sqrt(d), 0.92 * basis[1:4]]
+    h = clusters.merge_heights(x)
+    assert 1 < h[-1] / h[-2] < clusters.GAP_RATIO_MIN  # the lone group {1, 2, 3} joins the cluster without a gap
+    assert h[-2] / h[-3] < 1.01  # ... after forming at one height
+    st = clusters.stable_cluster_count(x, scale=2.0)
+    assert (st.count, st.verdict) == (4, "clusters"), st
+    x[12:] = basis[1] + 0.3 * unit(rng.normal(size=(3, d)))  # the same three, now a loose group 1.4 from the cluster
+    assert (clusters.stable_cluster_count(x, scale=2.0).count, clusters.stable_cluster_count(x, scale=2.0).verdict) == (2, "clusters")
+
+
+@pytest.mark.parametrize("factor", [1e155, 1e-170, 1e300, 1e-300])
+def test_the_count_holds_at_extreme_coordinates(rng, factor):
+    """Issue 34, B3: three tight clusters times 1e155 read "one cluster" (the diameter overflowed to
+    inf), times 1e-170 too (it underflowed to 0). The evidence scales with the points."""
+    x, _ = planted(rng, 3, 30, 16, 0.01, sphere=False)
+    ref = clusters.stable_cluster_count(x)
+    st = clusters.stable_cluster_count(x * factor)
+    assert (st.count, st.verdict) == (ref.count, ref.verdict) == (3, "clusters")
+    lengths = ("within", "between", "scale", "reference", "nearest")
+    np.testing.assert_allclose([getattr(st, f) / factor for f in lengths], [getattr(ref, f) for f in lengths], rtol=1e-9)  # Gram-matrix rounding
+    np.testing.assert_allclose([st.gap_ratio, st.silhouette], [ref.gap_ratio, ref.silhouette], rtol=1e-12)
+    assert clusters.stable_cluster_count(x * factor, scale=2.0 * factor).count == 3
+
+
+def test_coincident_points_are_a_cluster_whether_or_not_the_resolution_tells_them_apart(rng):
+    """Issue 34, B2, decided: a cloud with every point doubled is 20 clusters of two coincident points
+    (at the resolution they are one cluster each, which is what a collapsed cluster in the dynamics is),
+    and the same cloud with each twin moved by 1e-3 counts 20 too: the reading does not hinge on exact
+    coincidence. The cloud itself, undoubled, has no structure."""
+    cloud = np.random.default_rng(0).uniform(-1, 1, (20, 2))
+    assert clusters.stable_cluster_count(cloud).verdict == "no structure"
+    twins = np.repeat(cloud, 2, axis=0)
+    jittered = twins + 1e-3 * unit(rng.normal(size=twins.shape)) * (np.arange(40) % 2)[:, None]
+    labels = np.arange(40) // 2
+    for x in (twins, jittered):
+        st = clusters.stable_cluster_count(x)
+        assert (st.count, st.verdict) == (20, "clusters"), st
+        np.testing.assert_allclose(st.silhouette, silhouette_by_loop(x, labels), atol=1e-6)

@@ -12,9 +12,11 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
   ``"one cluster"``, ``"no structure"``) and evidence (the tolerance window, nearest-pair, within- and
   between-cluster distances, the gap's ratio and spread, the silhouette). ``scale`` is the reference
   length of the system (a trajectory's initial diameter, 2 for unit vectors; by default the points'
-  own): a system that shrank far below it counts one cluster, k clusters separated by a gap count k
-  at any common scale and in any dimension, a cloud without a gap has no structure and counts every
-  point the resolution tells apart. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
+  own): a system that shrank far below it counts one cluster; k clusters separated by a gap count k
+  (measured down to a planted silhouette of 0.5 in d >= 64, 0.85 in the plane; a tight cluster beside
+  a loose one counts 2; coordinates of any finite size); a cloud without a gap has no structure and
+  counts every point the resolution tells apart. Long or curved clusters (silhouette < 0.5) read "no
+  structure" even when a gap separates them. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
   geometry use it; the rule and its limits are in docs/guide/analysis.md.
 * ``silhouette(distances, labels)``, ``distance_matrix(points)``: the evidence's building blocks.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
@@ -23,7 +25,7 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -83,7 +85,8 @@ def cluster_count_profile(points: np.ndarray, tols: np.ndarray | None) -> np.nda
 # The merge-gap rule's constants (docs/guide/analysis.md, "Counting clusters"; tests/analysis/test_cluster_count.py).
 GAP_RATIO_MIN = 1.25  # a gap: the first merge between clusters at least 25 % above the last merge inside one
 GAP_SPREAD_MIN = 1.25  # ... and (log) at least 1.25 times as wide as the spread of the merges on either side of it
-GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2): a uniform 1-D cloud's largest gap about once in 10^3
+GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2) (uniform 1-D clouds pass a gap test 2-6 % of draws, n = 20-300)
+SPREAD_CLUSTER_MIN = 5  # ... judged cluster by cluster when every cluster has at least 5 points
 SILHOUETTE_MIN = 0.5  # ... and a partition of "reasonable structure" (Kaufman & Rousseeuw 1990: > 0.5)
 ONE_FRACTION = 0.5  # one cluster: no significant gap and a diameter at most half the reference scale
 
@@ -96,7 +99,8 @@ class StableCount:
     ``verdict``: ``"clusters"`` (a significant gap separates ``count >= 2`` groups), ``"one cluster"``
     (no gap inside, small against the reference; or one point at the resolution) or ``"no structure"``
     (no significant gap and not small: ``count`` is then the number of points the resolution tells apart,
-    ``n`` for a cloud without coincident points). ``scale``: the points' diameter; ``reference``: the
+    ``n`` for a cloud without coincident points). ``scale``: twice the points' largest distance to their
+    centroid (between their diameter and twice it); ``reference``: the
     length the window is relative to. ``nearest``: the nearest-pair distance. ``within`` / ``between``:
     the largest merge distance inside the counted clusters and the smallest distance between them (the
     window's edges for ``"clusters"``). ``gap_ratio`` = between / within; ``gap_spread``: the gap's log
@@ -120,7 +124,9 @@ class StableCount:
 
 
 def diameter_of(points: np.ndarray) -> float:
-    """Twice the largest distance to the centroid (0 for one point): the scale the window uses."""
+    """Twice the largest distance to the centroid (0 for one point): the scale the window uses.
+
+    Between the true diameter (largest pairwise distance) and twice it."""
     a = as_points(points)
     return float(np.max(np.linalg.norm(a - a.mean(0), axis=1))) * 2 if len(a) > 1 else 0.0
 
@@ -164,53 +170,114 @@ def _single_linkage(distances: np.ndarray) -> np.ndarray:
     return linkage(distances[np.triu_indices(n, 1)], method="single")
 
 
-def _gap_spread(h: np.ndarray, j: int) -> float:
-    """Log width of the gap between ``h[j - 1]`` and ``h[j]`` over the larger log spread of the merges on either side."""
-    below, above = h[:j], h[j:]
+def _gap_spread(h: np.ndarray, j: int, tree: np.ndarray) -> float:
+    """Log width of the gap between ``h[j - 1]`` and ``h[j]`` over the larger log spread of the merges on either side.
+
+    Above the gap: the median merge between clusters against the first. Below it: the top merge inside
+    against the median one, over all clusters together, or (when that is smaller) cluster by cluster
+    when every cluster has at least ``SPREAD_CLUSTER_MIN`` points, so that a tight cluster beside a
+    loose one does not count as spread (issue 34, B1) while few-point clusters, whose scatter a handful
+    of merges cannot show, are judged together.
+    """
     gap = np.log(h[j] / h[j - 1])
-    spread = max(np.log(h[j - 1] / np.median(below)), np.log(np.median(above) / h[j]))
+    above = np.log(np.median(h[j:]) / h[j])
+    below = np.log(h[j - 1] / np.median(h[:j]))
+    n = len(h) + 1
+    leaf = np.arange(2 * n - 1)
+    for i in range(j):  # tree rows below j are the merges inside the clusters: a leaf of each, then its cluster
+        leaf[n + i] = leaf[int(tree[i, 0])]
+    rows = fcluster(tree, t=n - j, criterion="maxclust")[leaf[n : n + j]]
+    clusters_, sizes = np.unique(rows, return_counts=True)
+    if len(clusters_) == n - j and sizes.min() + 1 >= SPREAD_CLUSTER_MIN:  # no singletons, each big enough
+        inside = np.maximum(tree[:j, 2], h[0])  # raised to the resolution as ``h`` is
+        below = min(below, max(float(np.log(inside[rows == c].max() / np.median(inside[rows == c]))) for c in clusters_))
+    spread = max(below, above)
     return float(gap / spread) if spread > 0 else float("inf")
+
+
+def _loose_singletons(tree: np.ndarray, k: int) -> bool:
+    """Whether the k-cluster cut of ``tree`` splits a loose cluster into singletons.
+
+    The merges above the cut join the k clusters. A node above the cut whose every leaf is a singleton
+    of the cut is a group of lone points; when that group is itself separated (its parent merge at least
+    ``GAP_RATIO_MIN`` times its own top merge) it is one loose cluster, and its points are no more
+    separated from each other than the group's own internal scale says (issue 34, B1). Lone points that
+    are as far from each other as from the rest (the group's parent merge within that factor) stay clusters.
+    """
+    n = len(tree) + 1
+    first = n - k  # rows first .. n - 2 are the merges above the cut (single linkage: heights nondecreasing)
+    lone = {}
+    parent = {}
+    for i in range(first, n - 1):
+        for c in tree[i, :2].astype(int):
+            parent[c] = i
+            if c < n:
+                lone[c] = True
+            elif c - n < first:
+                lone[c] = False
+        c1, c2 = tree[i, :2].astype(int)
+        lone[n + i] = lone[c1] and lone[c2]
+    for i in range(first, n - 1):
+        node = n + i
+        if lone[node] and node in parent and tree[parent[node], 2] >= GAP_RATIO_MIN * tree[i, 2]:
+            return True
+    return False
 
 
 def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_min: float = 1e-6, rel_max: float = 1.0) -> StableCount:
     """The number of clusters, by a significant gap in the single-linkage merge distances, with its evidence.
 
-    Rule (docs/guide/analysis.md, "Counting clusters"). Let ``reference`` be the larger of ``scale``
-    and the points' diameter, ``lo = rel_min x reference`` the resolution (points closer than it are
-    one) and ``hi = rel_max x reference``. Sort the single-linkage merge distances h_1 <= ... <= h_{n-1}
-    (those below ``lo`` raised to ``lo``); the count k holds for tolerances in [h_{n-k}, h_{n-k+1}).
+    Rule (docs/guide/analysis.md, "Counting clusters"). Let the diameter be twice the largest distance
+    to the centroid, ``reference`` the larger of ``scale`` and the diameter, ``lo = rel_min x reference``
+    the resolution and ``hi = rel_max x reference``.
 
     1. Diameter <= ``lo``: one cluster (one point at the resolution).
-    2. A count 2 <= k <= ceil(n/2) (or k = the number of points the resolution tells apart, when some
-       coincide) is *significant*
-       when its gap ratio R = h_{n-k+1} / h_{n-k} is >= ``GAP_RATIO_MIN`` and either (a) the log gap is
-       >= ``GAP_SPREAD_MIN`` times the log spread of the merges on either side (the top merge inside
-       against their median, the median merge between against the first), which is how tight clusters
-       and clusters in high dimension look (their distances concentrate), or (b) R >= 1 + ``GAP_FALSE_ALARM``
-       / ln(n/2) with every cluster of at least two points, which a uniform 1-D or 2-D cloud's largest gap
-       exceeds about once in a thousand (dense clusters in low dimension, whose merges spread widely);
-       and the partition's mean silhouette is >= ``SILHOUETTE_MIN`` (a single far point split from a
-       loose cloud is a gap, not a structure).
+    2. Sort the single-linkage merge distances h_1 <= ... <= h_{n-1} (those below ``lo`` raised to
+       ``lo``); k clusters hold for tolerances in [h_{n-k}, h_{n-k+1}). A count 2 <= k <= ceil(n/2)
+       (or k = the number of points the resolution tells apart, when some coincide: coincident points
+       are a cluster) is *significant* when its gap ratio R = h_{n-k+1} / h_{n-k} is >= ``GAP_RATIO_MIN``
+       and either (a) the log gap is >= ``GAP_SPREAD_MIN`` times the log spread of the merges on either
+       side (:func:`_gap_spread`: below the gap cluster by cluster when each has at least
+       ``SPREAD_CLUSTER_MIN`` points; issue 34, B1), or (b) R >= 1 + ``GAP_FALSE_ALARM`` / ln(n/2) with
+       every cluster of at least two points; and the cut does not break a separated loose group into
+       lone points (:func:`_loose_singletons`; issue 34, B1); and the partition's mean silhouette is
+       >= ``SILHOUETTE_MIN`` (a single far point split from a loose cloud is a gap, not a structure).
     3. One cluster is a candidate when the diameter is <= ``ONE_FRACTION x reference``; its window is
        [diameter, ``hi``).
     4. The count is the candidate with the widest window (log); with no candidate the verdict is
        ``"no structure"`` and the count is the number of points the resolution tells apart (n for a
-       cloud without coincident points, as before).
+       cloud without coincident points).
 
-    The old widest-window rule let the all-singletons count win whenever no two points were nearly
-    equal (87 unit vectors in d = 576 in 5 clusters of 1 - cos = 0.002 counted 87; issue 34).
-    ``scale``: the system's reference length (a trajectory's initial diameter; 2 for unit vectors).
-    Without it the reference is the points' own diameter, so one cluster is never a candidate: seen
-    from itself a collapsed system is a cloud. O(n^2) memory (n = 2000: 32 MB).
+    The points are centred and divided by their largest coordinate first (the evidence is scaled
+    back), so coordinates of any finite size work (issue 34, B3). ``scale``: the system's reference
+    length (a trajectory's initial diameter; 2 for unit vectors). Without it the reference is the
+    points' own diameter, so one cluster is never a candidate: seen from itself a collapsed system is a
+    cloud. O(n^2) memory (n = 2000: 32 MB).
     """
     a = as_points(points)
     if not 0 < rel_min < rel_max:
         raise ValueError(f"need 0 < rel_min < rel_max; got rel_min={rel_min}, rel_max={rel_max}.")
     if scale is not None and not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale={scale!r} must be a finite number >= 0.")
+    a = a - a.mean(0)
+    unit = float(np.max(np.abs(a)))
+    if unit == 0.0:  # all points equal
+        return StableCount(1, 0.0, np.inf, np.inf, 0.0, "one cluster", float(scale or 0.0), 0.0, 0.0)
+    a = a / unit
+    ref_scale = float(scale or 0.0) / unit
+    if not np.isfinite(ref_scale):
+        raise ValueError(f"scale={scale!r} is more than 1e308 times the points' extent ({unit:g}); pass a scale of their order.")
+    st = _count(a, ref_scale, rel_min, rel_max)
+    lengths = ("tol_low", "tol_high", "scale", "nearest", "within", "between")
+    out = {f: getattr(st, f) * unit for f in lengths}
+    return replace(st, **out, reference=max(out["scale"], float(scale or 0.0)))
+
+
+def _count(a: np.ndarray, ref_scale: float, rel_min: float, rel_max: float) -> StableCount:
+    """:func:`stable_cluster_count` on centred points of extent about 1 (the lengths in those units)."""
     n = len(a)
     diameter = diameter_of(a)
-    reference = max(diameter, float(scale or 0.0))
+    reference = max(diameter, ref_scale)
     if diameter <= rel_min * reference:  # one point at the resolution (all of them equal included)
         return StableCount(1, diameter, np.inf, np.inf, diameter, "one cluster", reference, diameter, diameter)
     lo, hi = rel_min * reference, rel_max * reference
@@ -231,13 +298,13 @@ def stable_cluster_count(points: np.ndarray, *, scale: float | None = None, rel_
         ratio = h[j] / h[j - 1]
         if ratio < GAP_RATIO_MIN:
             continue
-        spread = _gap_spread(h, j)
+        spread = _gap_spread(h, j, tree)
         significant = spread >= GAP_SPREAD_MIN
         if not significant and ratio >= 1 + GAP_FALSE_ALARM / np.log(n / 2):
             sizes = np.bincount(fcluster(tree, t=k, criterion="maxclust"))
             significant = sizes[1:].min() >= 2
         width = np.log10(right / left)
-        if significant and width > best_width:
+        if significant and width > best_width and not _loose_singletons(tree, k):
             labels = _first_appearance(fcluster(tree, t=k, criterion="maxclust"))
             sil = silhouette(dist, labels)
             if sil >= SILHOUETTE_MIN:
