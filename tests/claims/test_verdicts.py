@@ -792,7 +792,8 @@ def test_metastability_checks_fail_on_violations():
     assert failing(judged(cid, a), "pairing at beta = 100: max |c(s) - exact")
     a = copy_arrays(cid)
     # one judged merge 1e-6 late in ln t (SA: beta = 60's third, USA: beta = 1000's last), in both tolerance runs
-    for key, m in (("merge_t1", -2), ("merge_t_tight1", -2), ("usa_merge_t1", -1), ("usa_merge_t_tight1", -1)):
+    # (the law is judged at the last accepted step before each merge)
+    for key, m in (("before_merge_t1", -2), ("before_merge_t_tight1", -2), ("usa_before_merge_t1", -1), ("usa_before_merge_t_tight1", -1)):
         a[key][m] *= 1 + 1e-6
     checks = judged(cid, a)
     assert failing(checks, "plateau lengths: |ln")
@@ -801,9 +802,52 @@ def test_metastability_checks_fail_on_violations():
     a["logit_gap"][0] = 800.0  # an interaction below e^-745 was flushed to zero
     assert failing(judged(cid, a), "largest logit gap")
     a = copy_arrays(cid)
-    for key in ("mass_merge_t0", "mass_merge_t_tight0"):  # the unequal-mass merge 1e-6 late in ln t, in both tolerance runs
+    for key in ("mass_before_merge_t0", "mass_before_merge_t_tight0"):  # the unequal-mass merge 1e-6 late in ln t, in both runs
         a[key][-1] *= 1 + 1e-6
     assert failing(judged(cid, a), "unequal masses")
+
+
+def test_metastability_merge_steps_are_found_by_state_not_by_time():
+    """Issue 33 (seeds 24, 29): past t ~ 1e16 a step shorter than t's rounding leaves t unchanged, so the step of a
+    merge cannot be found by its time (searchsorted picked an earlier step with the same t, whose tokens were not yet
+    merged, and the law was then read from the wrong state). The merge's step is the one at which the tokens first
+    share a position; the state before it is the last accepted step."""
+    from types import SimpleNamespace
+
+    x = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    merged = x.copy()
+    merged[1] = merged[0]
+    xs = np.stack([x, x * 1.0, x * 1.0, merged, merged])
+    xs[1, 1] = [0.8, 0.6]  # the steps before the merge move token 1 towards token 0
+    xs[2, 1] = [0.9, math.sqrt(1 - 0.81)]
+    t = np.array([0.0, 1e17, 1e17, 1e17, 2e17])  # three steps at one float64 time
+    traj = SimpleNamespace(steps={"t": t, "xs": xs}, merges=[(1e17, 0, 1)], xs=xs)
+    a = load("metastability")._merge_arrays(traj, "", "0")
+    np.testing.assert_array_equal(a["after_merge0"][0], merged)
+    np.testing.assert_array_equal(a["before_merge0"][0], xs[2])
+    assert a["before_merge_t0"].tolist() == [1e17]
+
+
+def test_metastability_law_holds_at_the_step_before_the_merge():
+    """The isolated pair (the pairing start, other interactions e^{-139} of the pair's) at beta = 160, c0 = 0.8688
+    (seed 24's first merge): ln t at the last accepted step before the merge against the two-cluster law integrated
+    to the distance that step holds (an independent quadrature) is within 3x the integration error measured by the
+    10x tighter run. The merge time itself overshoots the crossing of the merge distance by up to one step."""
+    from attndyn.core.longtime import simulate_long
+
+    meta = load("metastability")
+    beta, c0 = 160.0, 0.8688
+    model = ad.Model(ad.Weights.identity(3), beta=beta, geometry="sphere")
+    x0 = meta.pair_start(c0)
+    ts = np.concatenate([[0.0], np.exp(np.linspace(-3.0, beta * (1 - c0) + 5.0, 50))])
+    a = {"start": x0, "betas": np.array([beta]), "energy0": np.zeros(1)}
+    a |= meta._merge_arrays(simulate_long(model, x0, ts, every_step=True), "", "0")
+    a |= meta._merge_arrays(simulate_long(model, x0, ts, every_step=True, **meta.TIGHT), "", "_tight0")
+    (row,) = [r for r in meta.merge_table(a, None) if r["masses"] == (1, 1) and r["merge"] == 0]
+    assert row["isolation"] < 1e-50
+    assert 0 < row["u_end"] < 1e-17
+    assert abs(row["log_dt"] - row["law"]) <= 3 * row["integration"] + meta.ROUNDING
+    assert row["integration"] < 1e-8
 
 
 def test_metastability_judges_the_law_s_mass_factor(monkeypatch):
