@@ -364,3 +364,50 @@ def test_the_sole_leader_criterion_survives_one_row():
     P[0, 1 : n // 2, 0] = 0.4  # half the rows below 0.5: not a sole leader
     P[0, 1 : n // 2, 1] = 0.6
     assert geo.attention_measures(P)["first_token_sole_leader"] == 0.0
+
+
+# --- the claim judges what is derivable --------------------------------------------------------------------
+
+
+def _claim_arrays(n_tokens=(70, 80), layers=4):
+    P, L = len(n_tokens), layers
+    closed = np.array([float(np.mean(1 / np.arange(1, m + 1)) > 0.3) for m in n_tokens])
+    return {
+        "tokens": np.array(n_tokens, dtype=float),
+        "twin_vs_sublayer": np.array([1e-14]),
+        "twin_one_step_rope_ffn": np.array([1e-15, 2e-15]),
+        "twin_attention_share_shapley": np.array([0.2, 0.3]),
+        "twin_ffn_share_shapley": np.array([0.8, 0.7]),
+        "twin_attention_share_first": np.array([0.1, 0.2]),
+        "twin_attention_share_last": np.array([0.3, 0.4]),
+        "uniform_leaders": np.tile(np.array([0, 1, 2]), (P, L, 1)),
+        "uniform_sink_rate": np.column_stack([np.full(P, np.nan)] + [closed] * L),
+        "sink_1": np.array([0.6, 0.7]),
+        "random_sink_1": np.array([0.0, 0.0]),
+        "massive_activation_ratio": np.array([1.0, 5.0]),
+        "norm_ratio": np.array([1.0, 2.0]),
+        "mean_cosine": np.array([0.1, 0.5]),
+        "twin_layer": np.array([15.0, 15.0]),
+        "twin_top_leader_agrees": np.array([1.0, 0.0]),
+        "uniform_top_leader_agrees": np.array([1.0, 1.0]),
+    }
+
+
+def test_the_claim_judges_the_derivable_identities_and_fails_on_violations():
+    from attndyn.claims.trained_decoder import Config, judge
+
+    config = Config(twin_layers=[15], twin_prompts=2, prompts=2, seed=0)
+    checks, _ = judge(_claim_arrays(), config)
+    judged = {k: c for k, c in checks.items() if c.passed is not None}
+    assert len(judged) == 5
+    assert all(c.passed for c in judged.values())
+    for key, bad in [
+        ("twin_vs_sublayer", np.array([1e-4])),
+        ("twin_one_step_rope_ffn", np.array([1e-15, 1e-6])),
+        ("twin_ffn_share_shapley", np.array([0.8, 0.6])),
+        ("uniform_leaders", np.tile(np.array([0, 2, 1]), (2, 4, 1))),
+        ("uniform_sink_rate", np.column_stack([np.full(2, np.nan)] + [np.ones(2)] * 4)),
+    ]:
+        arrays = _claim_arrays() | {key: bad}
+        failed = [k for k, c in judge(arrays, config)[0].items() if c.passed is False]
+        assert len(failed) == 1, (key, failed)
