@@ -411,3 +411,48 @@ def test_the_claim_judges_the_derivable_identities_and_fails_on_violations():
         arrays = _claim_arrays() | {key: bad}
         failed = [k for k, c in judge(arrays, config)[0].items() if c.passed is False]
         assert len(failed) == 1, (key, failed)
+
+
+# --- the docs' findings are generated from the data -------------------------------------------------------------
+
+
+def test_the_docs_findings_are_what_the_generator_writes_from_the_data():
+    import json
+    from pathlib import Path
+
+    from attndyn.app.decoder_page import docs_section
+
+    root = Path(__file__).resolve().parents[2]
+    docs = (root / "docs" / "guide" / "trained-models.md").read_text(encoding="utf-8")
+    data = sorted((root / "docs" / "data").glob("findings-*.json"))
+    assert data, "docs/data holds no findings-*.json"
+    for path in data:
+        name = path.stem.removeprefix("findings-")
+        assert docs_section(docs, name, json.loads(path.read_text())) == docs, f"the {name} findings in the docs are not the generator's"
+    # sensitivity: one number changed in the data changes the section
+    findings = json.loads(data[0].read_text())
+    findings["study"]["sink_1"]["value"] += 0.01
+    assert docs_section(docs, data[0].stem.removeprefix("findings-"), findings) != docs
+
+
+def test_two_decoders_side_by_side_on_one_page(tmp_path):
+    import json
+
+    from attndyn.app.decoder_page import side_by_side
+
+    folders = []
+    for name, L in (("a.gguf", 4), ("b.gguf", 6)):
+        rows = [
+            {"layer": k, **{key: v for key in ("sink_rate", "massive_activation_ratio", "mean_cosine") for v in (k / L + 0.1,)}}
+            | {f"{key}_ci": [k / L, k / L + 0.2] for key in ("sink_rate", "massive_activation_ratio", "mean_cosine")}
+            for k in range(L + 1)
+        ]
+        record = {"file": name, "title": f"{name} (base)", "layers": L, "per_layer": rows, "findings": f"Findings\n- {name} finding\n"}
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "decoder.json").write_text(json.dumps(record))
+        folders.append(folder)
+    page = side_by_side(folders, tmp_path / "both").read_text()
+    assert "a.gguf finding" in page and "b.gguf finding" in page
+    assert page.count("<h2>") == 2
+    assert (tmp_path / "both" / "figures" / "compare_sink_rate.png").is_file()

@@ -567,3 +567,52 @@ def prompts_from(path: Path | None) -> list[str]:
     from attndyn.models.prompts import PROMPTS, read_prompts
 
     return list(PROMPTS) if path is None else read_prompts(path)
+
+
+def side_by_side(folders: list[Path], out: Path) -> Path:
+    """One page with several decoders' studies side by side (``compare.html`` in ``out``, an attndyn
+    ``checkpoint`` folder): their sink rate, massive-activation ratio and mean cosine against relative
+    depth (layer / L), each with its bootstrap band, and their findings. ``folders``: checkpoint pages
+    written by :func:`decoder_report`."""
+    import json
+
+    from attndyn.workflow import plots
+
+    records = [json.loads((Path(f) / "decoder.json").read_text(encoding="utf-8")) for f in folders]
+    owner = ownership.claim(out, "checkpoint", "attndyn checkpoint (side by side)")
+    ownership.clear(owner)
+    out = owner.folder
+    (out / "figures").mkdir(exist_ok=True)
+    names = []
+    for key, label, logy in (
+        ("sink_rate", "sink rate (Gu et al., eps = 0.3)", False),
+        ("massive_activation_ratio", "massive-activation ratio (Sun et al.)", True),
+        ("mean_cosine", "mean pairwise cosine", False),
+    ):
+        series = {}
+        for r in records:
+            rows = [row for row in r["per_layer"] if np.isfinite(row.get(key, np.nan))]
+            depth = np.array([row["layer"] / r["layers"] for row in rows])
+            series[r["file"]] = (depth, np.array([row[key] for row in rows]))
+            series[f"{r['file']}: 95 % interval (low)"] = (depth, np.array([row[f"{key}_ci"][0] for row in rows]))
+            series[f"{r['file']}: 95 % interval (high)"] = (depth, np.array([row[f"{key}_ci"][1] for row in rows]))
+        fig = plots.curves(np.array([0.0, 1.0]), series, xlabel="relative depth (layer / L)", ylabel=label, title=label, logy=logy)
+        plots.save(fig, out / "figures" / f"compare_{key}.png")
+        names.append(f"figures/compare_{key}.png")
+    owner.add(*names, *(str(Path(n).with_suffix(".svg")) for n in names))
+    cols = "".join(
+        f"<div style='flex:1;min-width:420px'><h2>{html.escape(r['title'])}</h2><ul>"
+        + "".join(f"<li>{html.escape(line[2:])}</li>" for line in r["findings"].splitlines() if line.startswith("- "))
+        + "</ul></div>"
+        for r in records
+    )
+    figs = "".join(f'<figure><img src="{html.escape(n)}" alt="{html.escape(n)}"></figure>' for n in names)
+    page = (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Trained decoders side by side</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1500px;margin:auto;padding:1em}img{max-width:480px}"
+        "figure{display:inline-block;margin:4px}</style></head><body><h1>Trained decoders side by side</h1>"
+        f"<div>{figs}</div><div style='display:flex;gap:2em;flex-wrap:wrap'>{cols}</div></body></html>"
+    )
+    atomic_write_text(out / "compare.html", page)
+    owner.add("compare.html")
+    return out / "compare.html"

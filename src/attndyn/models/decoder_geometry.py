@@ -2,18 +2,20 @@
 
 Contract
 --------
-* ``layer_table(forwards)``: per layer (0 = the embeddings), averaged over prompts: the mean
-  pairwise cosine of the tokens (raw; without the first token; after per-dimension
-  standardisation, since one to three "rogue" dimensions dominate raw cosines in trained models),
-  the cluster count of the unit tokens (:func:`attndyn.analysis.clusters.stable_cluster_count`) with
-  its stability in decades, the effective and stable rank of the token matrix, the massive-activation
-  ratio ``|h_0| / median_i |h_i|``, the residual-norm growth ``median |h^l| / median |h^(l-1)|``
-  (standardisation uses every prompt's tokens at that layer, the first token left out); and
-  for each layer's attention: the sink rate (the fraction of heads whose mean attention on token 0
-  over the queries exceeds 0.3, Gu et al., ICLR 2025, arXiv 2410.10781), the mean row entropy, the
-  median Boolean distance ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the fraction of heads whose
-  nearest Boolean matrix is ``1 e_0^T``: the first token as the only leader, which is what an
-  attention sink is in the paper's language.
+* ``layer_values(forwards)``: per prompt and layer (0 = the embeddings): the mean pairwise cosine of
+  the tokens (raw; without the first token; after per-dimension standardisation with the statistics of
+  a named pool of prompts, since one to three "rogue" dimensions dominate raw cosines in trained
+  models, and the value depends on the pool), the cluster count of the unit tokens
+  (:func:`attndyn.analysis.clusters.stable_cluster_count`) with its stability in decades, the effective
+  and stable rank, Sun et al.'s massive-activation ratio (arXiv 2402.17762: the largest entry magnitude
+  over the median entry magnitude, with its token and dimension), the norm ratio ``|h_0| / median_i |h_i|``,
+  the median norm; and for each layer's attention: Gu et al.'s sink rate (arXiv 2410.10781: the share of
+  heads whose attention on token 0, averaged over the queries, exceeds eps = 0.3; ``sink_1`` averages it
+  over the layers, their Sink_1^eps), the mean row entropy, the median Boolean distance
+  ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the share of heads whose nearest
+  Boolean matrix is ``1 e_0^T`` in at least 90 % of their rows (the first token as the only leader).
+  ``layer_table`` gives their means over prompts with a bootstrap interval (``KEY_ci``) and the residual
+  growth ``median |h^l| / median |h^(l-1)|``.
 * ``head_table(decoder)``: per layer and head, the spectrum of the value-output map
   ``W_O,h W_V,h`` and the norm of the position-free kernel ``Q_h^T K_h`` (RoPE left out: it rotates
   pairs of coordinates by position and is not a property of the weights alone) as an effective
@@ -31,7 +33,11 @@ Contract
   (nothing moves) and the best multiple of the layer's beta for the one-step twin; and the leaders
   (the three columns that receive the most attention, :func:`column_mass`) that the twin's flow
   predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees,
-  and the cluster count of the twin's tokens then against the network's at the next and last layers.
+  and the cluster count of the twin's tokens then against the network's at the next and last layers;
+  beside them the leaders of uniform causal attention (the null from the mask alone), and
+  ``sublayer_shares``: the attention and feed-forward shares of the layer's change by both ablation
+  orders and their Shapley average. The twin's one step is the attention sublayer without RoPE: its
+  table is a sublayer ablation; only the flow tests the particle model.
   Beside the particle twin, ``layer_twins`` runs the layer's own maps with RoPE on and/or the
   feed-forward block on (one residual step and the flow over unit time): with both on, the step is the
   real layer (its discrepancy is rounding), which separates what the attention alone explains from what
