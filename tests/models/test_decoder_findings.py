@@ -453,6 +453,7 @@ def test_two_decoders_side_by_side_on_one_page(tmp_path):
         (folder / "decoder.json").write_text(json.dumps(record))
         folders.append(folder)
     page = side_by_side(folders, tmp_path / "both").read_text()
-    assert "a.gguf finding" in page and "b.gguf finding" in page
+    assert "a.gguf finding" in page
+    assert "b.gguf finding" in page
     assert page.count("<h2>") == 2
     assert (tmp_path / "both" / "figures" / "compare_sink_rate.png").is_file()
