@@ -349,7 +349,12 @@ def _ci(ci) -> str:
 
 
 def _layer_list(rows: list[dict], key: str, test) -> str:
-    return nulls._ranges([r["layer"] for r in rows if np.isfinite(r.get(key, np.nan)) and test(r[key])])
+    return nulls._ranges([r["layer"] for r in rows if _finite(r.get(key)) and test(r[key])])
+
+
+def _finite(v) -> bool:
+    """A number that is not NaN (the JSON record writes NaN as null)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
 def findings_text(r: dict) -> str:
@@ -369,8 +374,8 @@ def findings_text(r: dict) -> str:
         f" and 0 at layers {_layer_list(rows[1:], 'sink_rate', lambda v: v == 0) or 'none'}; the first layer with a rate of at least 0.8 is "
         f"{onset if onset is not None else 'none'}."
     )
-    big = max(rows, key=lambda x: x["massive_activation_ratio"])
-    nr = max(rows, key=lambda x: x["norm_ratio"] if np.isfinite(x["norm_ratio"]) else -1)
+    big = max(rows, key=lambda x: x["massive_activation_ratio"] if _finite(x.get("massive_activation_ratio")) else -1)
+    nr = max(rows, key=lambda x: x["norm_ratio"] if _finite(x.get("norm_ratio")) else -1)
     lines.append(
         f"- Massive activations (Sun et al., arXiv 2402.17762: the largest entry magnitude over the median entry magnitude): "
         f"largest at layer {big['layer']}, {_fmt(big['massive_activation_ratio'])} {_ci(big['massive_activation_ratio_ci'])}, "
