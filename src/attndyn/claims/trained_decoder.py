@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -76,7 +78,9 @@ def run(config: Config) -> Result:
     k = config.twin_layers[0]
     x = fws[0].hidden[k].double()
     cast = lambda t: None if t is None else t.to(dtype=torch.float64)  # noqa: E731
-    sub = attention_sublayer(dec, k, x, None, layer_masks(dec, x.shape[0])[k], cast)[0].numpy()
+    # RMSNorm's eps (1e-5 in mean(x^2)) is the one thing the sphere's projection leaves out: the identity is exact with eps = 0
+    no_eps = dataclasses.replace(dec, eps=0.0)
+    sub = attention_sublayer(no_eps, k, x, None, layer_masks(dec, x.shape[0])[k], cast)[0].numpy()
     twin_v = ad.velocity(0.0, x.numpy(), geo._twin_model(dec, k))
     arrays["twin_vs_sublayer"] = np.array([float(np.abs(twin_v - sub).max() / np.abs(sub).max())])
     checks, info = judge(arrays, config)
