@@ -32,7 +32,8 @@ CLAIM = ClaimInfo(
         "SmolLM2-135M-Instruct Q4_1 (30 layers, 9 query heads, 3 key/value heads, width 576), float32 for the statistics and float64 "
         "for the identities; the shipped prompts of 81-93 tokens (the sink protocol needs >= 64); nulls on the same prompts."
     ),
-    kind="report",  # the identities are judged checks; the claim joins the pass/fail claims once each states its power (tests/claims/test_sensitivity.py)
+    # the identities are judged checks; the claim joins the pass/fail ones once each states its power (test_sensitivity.py)
+    kind="report",
 )
 
 
