@@ -856,7 +856,7 @@ def checkpoint(
         if table:
             _head_table(
                 record["per_head"],
-                ("layer", "head", "kv_group", "regime", "effective_beta", "effective_beta_rope", "positive_share_rope", "top_eig_V_real"),
+                ("layer", "head", "kv_group", "regime", "determined", "effective_beta_folded", "lambda1_real", "modulus_gap", "qk_cos"),
             )
         return
     p = Path(path)
@@ -973,8 +973,9 @@ def _decoder(
         )
     last = record["per_layer"][-1]
     console.print(
-        f"{record['model']}: {record['prompts']} prompts, {record['layers']} layers in {record['seconds']:.1f} s; at the last layer "
-        f"mean cosine {last['mean_cosine']:.3f}, sink rate {last['sink_rate']:.2f}; report: {(out / 'index.html').resolve()}",
+        f"{record['title']}: {record['prompts']} prompts, {record['layers']} layers in {record['seconds']:.1f} s; at the last layer "
+        f"mean cosine {last['mean_cosine']:.3f}, sink rate {last['sink_rate']:.2f}; Sink_1 {record['study']['sink_1']['value']:.2f}; "
+        f"report: {(out / 'index.html').resolve()}",
         markup=False,
     )
     return record

@@ -258,10 +258,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast: Callable) -> tuple:
+def attention_sublayer(
+    decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast: Callable, *, uniform: bool = False
+) -> tuple:
     """Layer ``k_layer``'s attention sub-layer on the residual stream ``x`` ``(n, d)``: its output (to be added
     to ``x``) and its attention ``(H, n, n)``. ``rope``: the (cos, sin) tables, or None to leave positions
-    out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype."""
+    out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype. ``uniform``:
+    every head attends uniformly to what the mask lets it see (the null of uniform causal attention; the
+    values and the output map are the layer's own)."""
     layer, (n, _) = decoder.layers[k_layer], x.shape
     H, KV, hd = decoder.heads, decoder.kv_heads, decoder.head_dim
     h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
@@ -276,7 +280,11 @@ def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tu
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-    P = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)  # subtracts the row maximum
+    if uniform:
+        m = mask.to(scores.dtype)
+        P = (m / m.sum(-1, keepdim=True)).expand(H, n, n)
+    else:
+        P = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)  # subtracts the row maximum
     out = _plus((P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T, cast(layer.b_o))
     if layer.post_attn_norm is not None:
         out = rms_norm(out, cast(layer.post_attn_norm), decoder.eps)
@@ -327,8 +335,19 @@ def check_length(decoder: Decoder, n: int, dtype: torch.dtype = torch.float64) -
         )
 
 
-def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> Forward:
-    """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring)."""
+def forward(
+    decoder: Decoder,
+    ids: list[int] | torch.Tensor,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+    attention: str = "softmax",
+) -> Forward:
+    """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring).
+    ``attention="uniform"`` replaces every head's attention by the uniform average over the tokens its
+    mask lets it see (a null model: the geometry the mask and the other maps give without the scores)."""
+    if attention not in ("softmax", "uniform"):
+        raise ValueError(f"attention {attention!r} is not 'softmax' or 'uniform'")
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device)
     if ids_t.ndim != 1 or ids_t.numel() == 0:
         raise PromptError(f"ids must be a non-empty 1-D sequence of token ids (a prompt without tokens?); got shape {tuple(ids_t.shape)}")
@@ -351,7 +370,9 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
     masks = layer_masks(decoder, n, device)
     hidden, attentions = [x], []
     for k_layer in range(len(decoder.layers)):
-        out, P = attention_sublayer(decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast)
+        out, P = attention_sublayer(
+            decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast, uniform=attention == "uniform"
+        )
         attentions.append(P)
         x = x + out
         x = x + feedforward_sublayer(decoder, k_layer, x, cast)

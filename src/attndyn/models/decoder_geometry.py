@@ -2,18 +2,20 @@
 
 Contract
 --------
-* ``layer_table(forwards)``: per layer (0 = the embeddings), averaged over prompts: the mean
-  pairwise cosine of the tokens (raw; without the first token; after per-dimension
-  standardisation, since one to three "rogue" dimensions dominate raw cosines in trained models),
-  the cluster count of the unit tokens (:func:`attndyn.analysis.clusters.stable_cluster_count`) with
-  its stability in decades, the effective and stable rank of the token matrix, the massive-activation
-  ratio ``|h_0| / median_i |h_i|``, the residual-norm growth ``median |h^l| / median |h^(l-1)|``
-  (standardisation uses every prompt's tokens at that layer, the first token left out); and
-  for each layer's attention: the sink rate (the fraction of heads whose mean attention on token 0
-  over the queries exceeds 0.3, Gu et al., ICLR 2025, arXiv 2410.10781), the mean row entropy, the
-  median Boolean distance ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the fraction of heads whose
-  nearest Boolean matrix is ``1 e_0^T``: the first token as the only leader, which is what an
-  attention sink is in the paper's language.
+* ``layer_values(forwards)``: per prompt and layer (0 = the embeddings): the mean pairwise cosine of
+  the tokens (raw; without the first token; after per-dimension standardisation with the statistics of
+  a named pool of prompts, since one to three "rogue" dimensions dominate raw cosines in trained
+  models, and the value depends on the pool), the cluster count of the unit tokens
+  (:func:`attndyn.analysis.clusters.stable_cluster_count`) with its stability in decades, the effective
+  and stable rank, Sun et al.'s massive-activation ratio (arXiv 2402.17762: the largest entry magnitude
+  over the median entry magnitude, with its token and dimension), the norm ratio ``|h_0| / median_i |h_i|``,
+  the median norm; and for each layer's attention: Gu et al.'s sink rate (arXiv 2410.10781: the share of
+  heads whose attention on token 0, averaged over the queries, exceeds eps = 0.3; ``sink_1`` averages it
+  over the layers, their Sink_1^eps), the mean row entropy, the median Boolean distance
+  ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the share of heads whose nearest
+  Boolean matrix is ``1 e_0^T`` in at least 90 % of their rows (the first token as the only leader).
+  ``layer_table`` gives their means over prompts with a bootstrap interval (``KEY_ci``) and the residual
+  growth ``median |h^l| / median |h^(l-1)|``.
 * ``head_table(decoder)``: per layer and head, the spectrum of the value-output map
   ``W_O,h W_V,h`` and the norm of the position-free kernel ``Q_h^T K_h`` (RoPE left out: it rotates
   pairs of coordinates by position and is not a property of the weights alone) as an effective
@@ -31,7 +33,11 @@ Contract
   (nothing moves) and the best multiple of the layer's beta for the one-step twin; and the leaders
   (the three columns that receive the most attention, :func:`column_mass`) that the twin's flow
   predicts after t = 8 against the real layer's, as their overlap and whether the top one agrees,
-  and the cluster count of the twin's tokens then against the network's at the next and last layers.
+  and the cluster count of the twin's tokens then against the network's at the next and last layers;
+  beside them the leaders of uniform causal attention (the null from the mask alone), and
+  ``sublayer_shares``: the attention and feed-forward shares of the layer's change by both ablation
+  orders and their Shapley average. The twin's one step is the attention sublayer without RoPE: its
+  table is a sublayer ablation; only the flow tests the particle model.
   Beside the particle twin, ``layer_twins`` runs the layer's own maps with RoPE on and/or the
   feed-forward block on (one residual step and the flow over unit time): with both on, the step is the
   real layer (its discrepancy is rounding), which separates what the attention alone explains from what
@@ -51,6 +57,7 @@ from attndyn.core.simulation import simulate
 from attndyn.core.solvers import RK4, FixedStep, integrate
 from attndyn.core.weights import Weights
 from attndyn.models.decoder import Decoder, Forward, attention_sublayer, feedforward_sublayer, head_weights, layer_masks, rope_tables
+from attndyn.models.decoder_nulls import uniform_causal
 from attndyn.models.token_geometry import effective_rank, mean_cosine
 
 SINK_THRESHOLD = 0.3  # Gu et al.: mean attention on the first token above this marks a sink head
@@ -68,13 +75,21 @@ def stable_rank(x: np.ndarray) -> float:
     return float((s**2).sum() / s[0] ** 2)
 
 
+SOLE_LEADER_ROWS = 0.9  # a head's only leader is token 0 when at least this share of its rows put > 0.5 on it
+
+
 def attention_measures(P: np.ndarray) -> dict:
-    """Measures of one layer's attention ``(H, n, n)`` (causal rows)."""
+    """Measures of one layer's attention ``(H, n, n)`` (causal rows).
+
+    ``sink_rate``: Gu et al.'s per-layer rate (arXiv 2410.10781, §3): the share of heads whose
+    attention on the first token, averaged over the queries that see it (all of them), exceeds
+    eps = 0.3. ``first_token_sole_leader``: the share of heads whose nearest Boolean matrix is
+    ``1 e_0^T`` in at least ``SOLE_LEADER_ROWS`` of their rows (an all-rows criterion is broken by one row)."""
     on_first = P[:, :, 0].mean(1)
     rows = np.clip(P, 1e-300, 1.0)
     entropy = float(-(P * np.log(rows)).sum(-1).mean())
     boolean = np.minimum(P, 1 - P).max(axis=(1, 2))
-    first_leader = (P[:, :, 0] > 0.5).all(1)  # every row's nearest Boolean entry is column 0
+    first_leader = (P[:, :, 0] > 0.5).mean(1) >= SOLE_LEADER_ROWS
     return {
         "sink_rate": float((on_first > SINK_THRESHOLD).mean()),
         "attention_on_first": float(on_first.mean()),
@@ -84,39 +99,95 @@ def attention_measures(P: np.ndarray) -> dict:
     }
 
 
-def layer_table(forwards: list[Forward]) -> list[dict]:
-    """Per-layer token geometry averaged over prompts (see the module docstring)."""
+def massive_activation(h: np.ndarray) -> tuple[float, int, int]:
+    """Sun et al.'s massive-activation ratio (arXiv 2402.17762, §2): the largest magnitude of a single
+    entry of the hidden state ``(n, d)`` over the median entry magnitude, with the entry's token and dimension."""
+    a = np.abs(h)
+    i, j = np.unravel_index(int(np.argmax(a)), a.shape)
+    return float(a[i, j] / np.median(a)), int(i), int(j)
+
+
+def norm_ratio(h: np.ndarray) -> float:
+    """``|h_0| / median_{i >= 1} |h_i|``: how much longer the first token is than the others (a norm ratio,
+    not Sun et al.'s entry ratio)."""
+    norms = np.linalg.norm(h, axis=1)
+    return float(norms[0] / np.median(norms[1:])) if len(h) > 1 else float("nan")
+
+
+NULL_KEYS = ("mean_cosine", "mean_cosine_without_first", "effective_rank", "norm_ratio", "massive_activation_ratio", "sink_rate",
+             "attention_on_first", "first_token_sole_leader")  # fmt: skip
+
+
+def layer_values(forwards: list[Forward], *, clusters: bool = True, pool: list[Forward] | None = None) -> dict[str, np.ndarray]:
+    """Per prompt and layer, ``(prompts, L + 1)`` arrays of every measure (NaN where undefined: the
+    attention measures at layer 0). The standardised cosine uses the statistics of ``pool`` (default:
+    ``forwards``) at each layer, the first tokens left out."""
     if not forwards:
-        raise ValueError("layer_table needs at least one forward pass")
+        raise ValueError("layer_values needs at least one forward pass")
+    pool = forwards if pool is None else pool
     L = forwards[0].hidden.shape[0] - 1
-    rows = []
+    out: dict[str, np.ndarray] = {}
+
+    def put(key, p, layer, value):
+        out.setdefault(key, np.full((len(forwards), L + 1), np.nan))[p, layer] = value
+
     for layer in range(L + 1):
-        pooled = np.concatenate([fw.hidden[layer, 1:].double().numpy() for fw in forwards])
+        pooled = np.concatenate([fw.hidden[layer, 1:].double().numpy() for fw in pool])
         mean, std = pooled.mean(0), pooled.std(0)
-        per_prompt = []
-        for fw in forwards:
+        for p, fw in enumerate(forwards):
             h = fw.hidden[layer].double().numpy()
             norms = np.linalg.norm(h, axis=1)
-            unit = h / norms[:, None]
-            count = stable_cluster_count(unit, scale=2.0, rel_min=1e-3)
-            m = {
-                "mean_cosine": mean_cosine(h),
-                "mean_cosine_without_first": mean_cosine(h[1:]) if len(h) > 2 else float("nan"),
-                "standardized_cosine": standardized_cosine(h[1:], mean, std) if len(h) > 2 else float("nan"),
-                "clusters": count.count,
-                "cluster_decades": count.decades,
-                "effective_rank": effective_rank(h),
-                "stable_rank": stable_rank(h),
-                "massive_ratio": float(norms[0] / np.median(norms[1:])) if len(h) > 1 else float("nan"),
-                "median_norm": float(np.median(norms)),
-            }
+            ratio, tok, dim = massive_activation(h)
+            put("mean_cosine", p, layer, mean_cosine(h))
+            put("mean_cosine_without_first", p, layer, mean_cosine(h[1:]) if len(h) > 2 else np.nan)
+            put("standardized_cosine", p, layer, standardized_cosine(h[1:], mean, std) if len(h) > 2 else np.nan)
+            if clusters:
+                count = stable_cluster_count(h / norms[:, None], scale=2.0, rel_min=1e-3)
+                put("clusters", p, layer, count.count)
+                put("cluster_decades", p, layer, count.decades)
+            put("effective_rank", p, layer, effective_rank(h))
+            put("stable_rank", p, layer, stable_rank(h))
+            put("norm_ratio", p, layer, norm_ratio(h))
+            put("massive_activation_ratio", p, layer, ratio)
+            put("massive_token", p, layer, tok)
+            put("massive_dim", p, layer, dim)
+            put("median_norm", p, layer, float(np.median(norms)))
             if layer > 0:
-                m.update(attention_measures(fw.attentions[layer - 1].double().numpy()))
-            per_prompt.append(m)
-        row = {"layer": layer}
-        for key in per_prompt[0]:
-            row[key] = float(np.mean([m[key] for m in per_prompt]))
-        rows.append(row)
+                for key, v in attention_measures(fw.attentions[layer - 1].double().numpy()).items():
+                    put(key, p, layer, v)
+    return out
+
+
+def _mode(column: np.ndarray) -> int:
+    vals, counts = np.unique(column[np.isfinite(column)].astype(int), return_counts=True)
+    return int(vals[np.argmax(counts)]) if len(vals) else -1
+
+
+def sink_1(values: dict[str, np.ndarray]) -> np.ndarray:
+    """Gu et al.'s model-level Sink_1^eps per prompt: the per-layer sink rate averaged over the layers."""
+    return np.nanmean(values["sink_rate"][:, 1:], axis=1)
+
+
+def layer_table(forwards: list[Forward], *, values: dict[str, np.ndarray] | None = None, clusters: bool = True) -> list[dict]:
+    """Per-layer token geometry, the mean over prompts with its bootstrap interval (``KEY_ci``: [lo, hi])
+    (see the module docstring). The token and dimension of the massive activation are the most common over prompts."""
+    from attndyn.models.decoder_nulls import bootstrap_interval
+
+    v = layer_values(forwards, clusters=clusters) if values is None else values
+    L = next(iter(v.values())).shape[1] - 1
+    rows = [{"layer": layer} for layer in range(L + 1)]
+    for key, arr in v.items():
+        if key in ("massive_token", "massive_dim"):
+            for layer in range(L + 1):
+                rows[layer][key] = _mode(arr[:, layer])
+            continue
+        ok = np.isfinite(arr)
+        mean = np.where(ok.any(0), np.where(ok, arr, 0).sum(0) / np.maximum(ok.sum(0), 1), np.nan)
+        lo, hi = bootstrap_interval(arr)
+        for layer in range(L + 1):
+            rows[layer][key] = float(mean[layer])
+            if key not in ("cluster_decades", "median_norm"):
+                rows[layer][f"{key}_ci"] = [float(lo[layer]), float(hi[layer])]
     for k in range(1, len(rows)):
         rows[k]["norm_growth"] = rows[k]["median_norm"] / rows[k - 1]["median_norm"]
     rows[0]["norm_growth"] = float("nan")
@@ -192,7 +263,7 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
             norm_QK = float(torch.linalg.matrix_norm(R @ K, ord=2))
             core = cores[bases[layer]]
             norm_rope = float(torch.linalg.matrix_norm(R @ core @ K, ord=2))
-            top = eig_V[np.argmax(eig_V.real)]
+            top = eig_V[np.argmax(np.abs(eig_V))]  # Def. 4.1: the eigenvalue of largest modulus
             row = {
                 "layer": layer,
                 "head": head,
@@ -204,7 +275,7 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
                 "top_eig_V_real": float(top.real),
                 "top_eig_V_imag": float(top.imag),
                 "top_eig_V_abs": float(np.max(np.abs(eig_V))),
-                "top_real_positive": bool(top.real > 0 and abs(top.imag) <= 1e-9 * abs(top)),
+                "top_real_positive": bool(top.real > 0 and abs(top.imag) <= 1e-9 * abs(top)),  # of the largest modulus
             }
             if layer in regime_layers:
                 row["regime"] = regime(head_weights(decoder, layer, head), beta=beta).name
@@ -307,6 +378,8 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         v_step, v_flow = layer_twins(decoder, fw.hidden[layer], layer, rope=rope, ffn=ffn)
         variants[f"one_step_{name}"] = _discrepancy(v_step, real)
         variants[f"flow_{name}"] = _discrepancy(v_flow, real)
+    # the null with no weights: uniform attention over what the mask lets each query see
+    uniform = leaders_of(uniform_causal(layer_masks(decoder, x.shape[0])[layer].numpy())[None])
     return {
         "layer": layer,
         "identity": _discrepancy(x, real),
@@ -320,4 +393,39 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         **counts,
         "leader_overlap": len(set(real_leaders) & set(twin_leaders)) / LEADERS_TOP,
         "top_leader_agrees": bool(real_leaders[0] == twin_leaders[0]),
+        "uniform_leaders": uniform,
+        "uniform_leader_overlap": len(set(real_leaders) & set(uniform)) / LEADERS_TOP,
+        "uniform_top_leader_agrees": bool(real_leaders[0] == uniform[0]),
+        **sublayer_shares(decoder, fw.hidden[layer], real, layer),
     }
+
+
+def sublayer_shares(decoder: Decoder, x: torch.Tensor, real: np.ndarray, layer: int) -> dict:
+    """The attention and feed-forward shares of the layer's change of direction, by both ablation orders.
+
+    With v(S) = d(identity) - d(layer with only the sublayers S), d the mean 1 - cos to the real next
+    layer: attention first is v({a}) - v({}), attention last is v({a, f}) - v({f}), and the Shapley share
+    is their average (the two orders over two players); shares are over d(identity), so the two Shapley
+    shares add up to v({a, f}) / d(identity) = 1 - d(full layer) / d(identity), one to rounding."""
+    x = x.double()
+    n, cast = x.shape[0], (lambda t: None if t is None else t.to(dtype=torch.float64))
+    mask = layer_masks(decoder, n)[layer]
+    tables = None
+    if decoder.positions == "rope":
+        base = (decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers))[layer]
+        tables = rope_tables(n, decoder.head_dim, base, dtype=torch.float64, device="cpu")
+    a = x + attention_sublayer(decoder, layer, x, tables, mask, cast)[0]
+    both = a + feedforward_sublayer(decoder, layer, a, cast)
+    f = x + feedforward_sublayer(decoder, layer, x, cast)
+    d0 = _discrepancy(x.numpy(), real)
+    v_a, v_f, v_af = d0 - _discrepancy(a.numpy(), real), d0 - _discrepancy(f.numpy(), real), d0 - _discrepancy(both.numpy(), real)
+    scale = d0 if d0 > 0 else float("nan")
+    out = {
+        "attention_share_first": v_a / scale,
+        "attention_share_last": (v_af - v_f) / scale,
+        "ffn_share_first": v_f / scale,
+        "ffn_share_last": (v_af - v_a) / scale,
+    }
+    out["attention_share_shapley"] = (out["attention_share_first"] + out["attention_share_last"]) / 2
+    out["ffn_share_shapley"] = (out["ffn_share_first"] + out["ffn_share_last"]) / 2
+    return out

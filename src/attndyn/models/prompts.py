@@ -62,6 +62,36 @@ PROMPTS = (
 MAX_PROMPT_BYTES = 4 << 20
 
 
+# A held-out set, written after the findings on PROMPTS were read, in other registers (instructions,
+# dialogue, description, argument): the findings are reported on both sets.
+HELD_OUT = (
+    "Before you paint a wall, wash it with warm water and a little soap, and let it dry for a full day. Fill the cracks with "
+    "filler, sand them flat once they have hardened, and wipe the dust away with a damp cloth. Cover the floor and the edges of "
+    "the windows. Start at the top corner and work down in wide, overlapping strokes, and do not go back over paint that has "
+    "begun to dry.",
+    '"Did you lock the back door?" she asked, already halfway down the stairs. He said he thought so, which meant he had not. '
+    "They stood in the hall for a moment, each waiting for the other to go and check. Outside, a car went past slowly, its "
+    "lights sweeping across the ceiling. In the end they both went, and found the door wide open and the cat asleep on the "
+    "step, as if guarding it.",
+    "The valley is narrow at its mouth and opens, after an hour's walk, into a wide bowl of meadows ringed by grey cliffs. A "
+    "stream runs down the middle, shallow enough to cross on stones in late summer. Shepherds once kept their flocks here "
+    "through the warm months, and the ruins of their stone huts still stand near the spring, roofless, with nettles growing "
+    "where the fires used to be.",
+    "Some people argue that cities should ban cars from their centres entirely. The case is simple: cleaner air, quieter "
+    "streets and more room for people on foot. The objections are practical. Deliveries still have to reach the shops, "
+    "elderly residents need to get to the doctor, and businesses fear that customers will go elsewhere. Most cities that "
+    "have tried it began with a few streets and widened the area year by year.",
+    "The old clock in the station hall had stopped at twenty past four, and nobody could remember when. Travellers set "
+    "their watches by the screens now, and the clock had become a place to meet rather than a way to tell the time. "
+    "Couples waited under it, tourists photographed it, and once a year a man from the council climbed a ladder, dusted "
+    "its face and climbed down again without touching the hands.",
+    "Photosynthesis turns light into the chemical energy that nearly all life depends on. In the leaves of a plant, "
+    "chlorophyll absorbs red and blue light and uses its energy to split water, releasing oxygen. The hydrogen and the "
+    "energy are then used to turn carbon dioxide from the air into sugars. A single large tree can release enough oxygen "
+    "in a season to supply several people for a year.",
+)
+
+
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts from a text file: paragraphs separated by blank lines (lines of one paragraph joined).
 

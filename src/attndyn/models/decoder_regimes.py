@@ -1,0 +1,178 @@
+"""The paper's regime of each trained head, on the map the network applies, with the margins that decide it.
+
+Contract
+--------
+* ``folded_head(decoder, layer, head)``: the head as the particle model's weights on the unit sphere,
+  with the pre-attention norm folded in as the twin folds it: the tokens the head reads are
+  ``RMSNorm(x) = sqrt(d) w * x / |x|``, so ``Q = W_q,h diag(w) sqrt(d)``, ``K = W_k,g diag(w) sqrt(d)``,
+  ``V = W_o,h W_v,g diag(w) sqrt(d)``, and beta = 1/sqrt(hd) is then the inverse temperature at the
+  tokens' actual norm (Gemma's per-head query/key norm weights scale Q and K; its per-head
+  normalisation itself is not linear and is left out).
+* ``deciding_quantities(...)``: Def. 4.1's quantities (SPEC §2.4) by modulus: the eigenvalue of V of
+  largest modulus ``lambda_1`` (its real part and imaginary part over its modulus), the relative
+  modulus gap to the next eigenvalue (0: not simple or a complex pair), and the cosine of
+  ``<Q phi_1, K phi_1>`` (phi_1 the right eigenvector, as :func:`attndyn.analysis.spectra.regime`
+  uses it), from hd x hd problems (V has rank hd: its non-zero eigenvalues are those of
+  ``W_v,g diag(w) sqrt(d) W_o,h``). ``Q^T K`` has rank hd < d, so it is never positive definite:
+  Theorems 3.1 and 5.2 cannot apply to a head of a trained decoder.
+* ``label(q)``: the regime from the deciding quantities (the decision of ``regime()`` for heads of rank
+  hd < d, from hd x hd problems; the tests check it equals ``regime()``).
+* ``quantisation_step(W)``: per entry, the step of a 4-bit block quantiser over blocks of 32 entries
+  along the input dimension, ``(max - min) / 15`` of the block (Q4_1's step; Q4_K's sub-blocks of 32
+  have the same 4 bits). ``head_regimes(decoder, layers)``: per head the label of
+  :func:`~attndyn.analysis.spectra.regime` on the folded weights, the deciding quantities, and whether
+  the label is *determined*: the deciding signs (lambda_1 real or not, its sign, the sign of the
+  cosine) stay the same under ``draws`` perturbations of the four weight matrices by uniform noise of
+  half a step (what rounding to the quantiser's grid can move), and each margin exceeds the largest
+  shift the perturbations produced.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from attndyn.core.weights import Weights
+from attndyn.models.decoder import Decoder
+
+EIG_REAL = 1e-9  # an eigenvalue is real when |Im| <= EIG_REAL |lambda| (analysis.geometry's EIG_RTOL scale)
+HYPOTHESES = (
+    "The theorems' hypotheses, none of which a trained decoder layer meets: one head (here 9 or 4 heads are summed); "
+    "no mask (here causal); no normalisation beyond the projection on the sphere (here RMSNorm with a per-dimension gain, "
+    "folded into Q, K and V); no positions (RoPE left out); no feed-forward block; the same weights for all time and t -> infinity "
+    "(here one layer is one step). Q^T K has rank hd < d, so it is never positive definite (Theorems 3.1 and 5.2 cannot apply). "
+    "The counts are formal: they say which theorem's algebraic conditions the head's own matrices satisfy."
+)
+
+
+def _fold(decoder: Decoder, layer: int) -> torch.Tensor:
+    return decoder.layers[layer].attn_norm.double() * math.sqrt(decoder.d_model)
+
+
+def _slices(decoder: Decoder, layer: int, head: int, mats: dict | None = None) -> tuple[torch.Tensor, ...]:
+    L, hd, g = decoder.layers[layer], decoder.head_dim, head // decoder.group
+    m = mats or {"W_q": L.W_q.double(), "W_k": L.W_k.double(), "W_v": L.W_v.double(), "W_o": L.W_o.double()}
+    Q = m["W_q"][head * hd : (head + 1) * hd]
+    K = m["W_k"][g * hd : (g + 1) * hd]
+    if L.q_norm is not None:
+        Q = L.q_norm.double()[:, None] * Q
+    if L.k_norm is not None:
+        K = L.k_norm.double()[:, None] * K
+    Wv = m["W_v"][g * hd : (g + 1) * hd]
+    Wo = m["W_o"][:, head * hd : (head + 1) * hd]
+    w = _fold(decoder, layer)
+    return Q * w, K * w, Wv * w, Wo
+
+
+def folded_head(decoder: Decoder, layer: int, head: int) -> Weights:
+    """The head with the pre-attention norm folded in (module docstring)."""
+    Q, K, Wv, Wo = _slices(decoder, layer, head)
+    return Weights(Q, K, Wo @ Wv)
+
+
+def deciding_quantities(Q: torch.Tensor, K: torch.Tensor, Wv: torch.Tensor, Wo: torch.Tensor) -> dict:
+    """Def. 4.1's quantities by modulus for V = Wo Wv (rank hd) and the bilinear form Q^T K (module docstring)."""
+    M = (Wv @ Wo).numpy()
+    w, vr = np.linalg.eig(M)
+    order = np.argsort(-np.abs(w), kind="stable")
+    w, vr = w[order], vr[:, order]
+    lam = w[0]
+    mod = max(abs(lam), 1e-300)
+    gap = (abs(lam) - abs(w[1])) / mod if len(w) > 1 else 1.0
+    real = abs(lam.imag) <= EIG_REAL * mod
+    qk_cos = float("nan")
+    if real:
+        phi = Wo.numpy() @ vr[:, 0].real  # V phi = lambda phi: phi = Wo u with M u = lambda u
+        a, b = Q.numpy() @ phi, K.numpy() @ phi
+        qk_cos = float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+    return {
+        "lambda1_abs": float(abs(lam)),
+        "lambda1_real": float(lam.real / mod),
+        "lambda1_imag": float(abs(lam.imag) / mod),
+        "modulus_gap": float(gap),
+        "qk_cos": qk_cos,
+        "unstable": int((w.real > EIG_REAL * mod).sum()),
+    }
+
+
+def _signs(q: dict) -> tuple:
+    """The signs that decide the label: lambda_1 real and strictly dominant, its sign, and the cosine's sign."""
+    real = q["lambda1_imag"] <= EIG_REAL and q["modulus_gap"] > EIG_REAL
+    return (real, real and q["lambda1_real"] > 0, bool(real and q["lambda1_real"] > 0 and q["qk_cos"] > 0))
+
+
+def label(q: dict) -> str:
+    """:func:`attndyn.analysis.spectra.regime`'s decision for a head whose V has rank < d and whose Q^T K
+    is not positive definite (every head of a decoder with hd < d), from the deciding quantities: a good
+    triple with <Q phi_1, K phi_1> > 0 is Theorem 4.2's hyperplanes, with <= 0 the relaxed case; otherwise
+    a real leading eigenvalue with k >= 1 eigenvalues of positive real part is Conjecture 4.3's case;
+    a complex leading pair is no case of the paper. (A top eigenvalue repeated exactly, dim F >= 2, would be
+    relaxed; a trained head's never is.)"""
+    real, positive, qk = _signs(q)
+    if positive:
+        return "hyperplanes" if qk else "relaxed"
+    if q["lambda1_imag"] <= EIG_REAL and q["unstable"] >= 1:
+        return "codimension-conjecture"
+    return "none"
+
+
+def _margin_ok(q: dict, shift: dict) -> bool:
+    """Each quantity that decides the label is further from its threshold than quantisation moved it."""
+    real, positive, _ = _signs(q)
+    if not real:
+        return q["lambda1_imag"] > shift["lambda1_imag"] or q["modulus_gap"] > shift["modulus_gap"]
+    ok = q["modulus_gap"] > shift["modulus_gap"]
+    return ok and (not positive or abs(q["qk_cos"]) > shift["qk_cos"])
+
+
+def _largest_shift(values: list[float], base: float) -> float:
+    """The largest |value - base|; infinite when a value is defined on one side only (the cosine of a
+    perturbed head whose leading eigenvalue turned complex)."""
+    out = 0.0
+    for v in values:
+        if np.isfinite(v) != np.isfinite(base):
+            return float("inf")
+        if np.isfinite(v):
+            out = max(out, abs(v - base))
+    return out
+
+
+def quantisation_step(W: torch.Tensor, block: int = 32, levels: int = 15) -> torch.Tensor:
+    """Per entry, ``(max - min) / levels`` of its block of ``block`` entries along the last axis."""
+    rows, cols = W.shape
+    pad = (-cols) % block
+    X = torch.nn.functional.pad(W.double(), (0, pad), value=float("nan")) if pad else W.double()
+    B = X.view(rows, -1, block)
+    step = (torch.nan_to_num(B, nan=-math.inf).amax(-1) - torch.nan_to_num(B, nan=math.inf).amin(-1)) / levels
+    return step.repeat_interleave(block, dim=1)[:, :cols]
+
+
+def head_regimes(decoder: Decoder, layers: tuple[int, ...], *, draws: int = 4, seed: int = 0, check_labels: bool = False) -> list[dict]:
+    """Per head of ``layers``: the regime of the folded head, its deciding quantities, and whether the
+    label is determined under quantisation-sized perturbations (module docstring)."""
+    from attndyn.analysis.spectra import regime
+
+    rng = torch.Generator().manual_seed(seed)
+    beta = 1.0 / math.sqrt(decoder.head_dim)
+    out = []
+    for layer in layers:
+        L = decoder.layers[layer]
+        mats = {k: getattr(L, k).double() for k in ("W_q", "W_k", "W_v", "W_o")}
+        steps = {k: quantisation_step(v) for k, v in mats.items()}
+        noisy = [{k: v + (torch.rand(v.shape, generator=rng, dtype=torch.float64) - 0.5) * steps[k] for k, v in mats.items()} for _ in range(draws)]
+        for head in range(decoder.heads):
+            Q, K, Wv, Wo = _slices(decoder, layer, head, mats)
+            q = deciding_quantities(Q, K, Wv, Wo)
+            _, R = torch.linalg.qr(Q.T)
+            row = {"layer": layer, "head": head, "effective_beta_folded": beta * float(torch.linalg.matrix_norm(R @ K, ord=2)), **q}
+            shifted = [deciding_quantities(*_slices(decoder, layer, head, m)) for m in noisy]
+            shift = {k: _largest_shift([s[k] for s in shifted], q[k]) for k in ("modulus_gap", "qk_cos", "lambda1_imag")}
+            same = all(label(s) == label(q) for s in shifted)
+            row |= {"regime": label(q), "determined": bool(same and _margin_ok(q, shift))}
+            row |= {f"quant_shift_{k}": v for k, v in shift.items()}
+            if check_labels:  # the engine's own regime() on the d x d folded head (0.1 s a head at d = 576)
+                row["regime_engine"] = regime(Weights(Q, K, Wo @ Wv), beta=beta).name
+            out.append(row)
+    return out
