@@ -316,9 +316,9 @@ def test_analyze_and_movie_never_overwrite_a_file_attndyn_did_not_write(tmp_path
 
 
 def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
-    from attndyn.app import cli
+    from attndyn.app import cli_common
 
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_common, "PROGRESS_DELAY", 0.0)
     cfg = tmp_path / "p.toml"
     cfg.write_text(TINY)
     result = runner.invoke(app, ["simulate", str(cfg), "--out", str(tmp_path / "p")])
@@ -329,20 +329,20 @@ def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, 
 
 
 def test_an_adaptive_step_that_collapses_is_said_once_with_the_fixed_step_suggestion():
-    from attndyn.app import cli
+    from attndyn.app import cli_common
 
-    steps = np.concatenate([np.full(100, 0.1), np.full(cli.COLLAPSE_STEPS + 20, 1e-7)])
+    steps = np.concatenate([np.full(100, 0.1), np.full(cli_common.COLLAPSE_STEPS + 20, 1e-7)])
     ts = np.cumsum(steps)
-    with cli.err_console.capture() as cap, cli.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=True) as update:
+    with cli_common.err_console.capture() as cap, cli_common.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=True) as update:
         for t in ts:
             update(float(t))
     said = cap.get()
     assert said.count("the adaptive step has collapsed to 1.0e-07") == 1, said
     assert "a fixed step (solver.dt) may serve" in said
     # a short last step before a save time, or a few small steps, is no collapse; nor is anything in a fixed-step run
-    for adaptive, small in ((True, cli.COLLAPSE_STEPS - 1), (False, cli.COLLAPSE_STEPS + 20)):
+    for adaptive, small in ((True, cli_common.COLLAPSE_STEPS - 1), (False, cli_common.COLLAPSE_STEPS + 20)):
         ts = np.cumsum(np.concatenate([np.full(100, 0.1), np.full(small, 1e-7), np.full(10, 0.1)]))
-        with cli.err_console.capture() as cap, cli.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=adaptive) as update:
+        with cli_common.err_console.capture() as cap, cli_common.delayed_progress("simulate", float(ts[-1]), delay=1e9, adaptive=adaptive) as update:
             for t in ts:
                 update(float(t))
         assert "collapsed" not in cap.get()
@@ -350,9 +350,9 @@ def test_an_adaptive_step_that_collapses_is_said_once_with_the_fixed_step_sugges
 
 @pytest.mark.parametrize("method", ["spectral", "finite-volume"])
 def test_meanfield_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, method):
-    from attndyn.app import cli
+    from attndyn.app import cli_common
 
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_common, "PROGRESS_DELAY", 0.0)
     text = MF_OK if method == "spectral" else f'method = "finite-volume"\n{MF_OK}'
     result = CliRunner().invoke(app, ["meanfield", str(_mf_config(tmp_path, text)), "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output

@@ -1,0 +1,160 @@
+"""``attndyn checkpoint``: head spectra and dynamics of a trained encoder, token geometry of a causal decoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndyn.app.cli_common import FORCE_ADOPT, _stages, _status, console, engine_options, fail, writable
+
+
+def checkpoint(
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a LLaMA, Gemma 3 or GPT-2 folder for a causal decoder."
+        ),
+    ],
+    text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
+    layer: Annotated[int, typer.Option("--layer", help="Layer whose weights drive the dynamics.")] = 0,
+    head: Annotated[int | None, typer.Option("--head", help="Head (default: all heads summed).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("checkpoint-report"),
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
+    device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="Decoders: a text file of prompts, one per paragraph.")] = None,
+    twin_layers: Annotated[str | None, typer.Option("--twin-layers", help="Decoders: particle-twin layers, e.g. 0,7,15.")] = None,
+    regime_layers: Annotated[
+        str,
+        typer.Option("--regime-layers", help="Decoders: layers whose heads get the paper's regime: all (default), twins, or e.g. 0,7,15."),
+    ] = "all",
+    table: Annotated[bool, typer.Option("--table", help="Also print the per-head table (it is in heads.csv / checkpoint.json either way).")] = False,
+    spectra_only: Annotated[
+        bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
+    ] = False,
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
+) -> None:
+    """Head spectra and dynamics of a trained checkpoint.
+
+    Encoders (MiniLM, BERT folders): spectra of every head, and the dynamics its weights drive
+    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA, Gemma 3 and GPT-2 folders): token geometry
+    of every layer on a set of prompts, attention sinks and leaders, head spectra, and the particle
+    twin of chosen layers.
+    """
+    from attndyn.app.checkpoint_page import checkpoint_report
+    from attndyn.models.bert import CheckpointError
+
+    dev, torch_dtype = engine_options(device, dtype)
+    writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
+    if _is_decoder(path):
+        record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
+        if table:
+            _head_table(
+                record["per_head"],
+                ("layer", "head", "kv_group", "regime", "determined", "effective_beta_folded", "lambda1_real", "modulus_gap", "qk_cos"),
+            )
+        return
+    p = Path(path)
+    if path.lower() != "minilm" and p.is_file():
+        fail(
+            f"{path!r} is a file: give the folder that holds config.json and the *.safetensors weights "
+            "(or 'minilm', 'smollm2', 'gemma3', a .gguf file)"
+        )
+    if path.lower() != "minilm" and not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
+        fail(f"{path!r} is not a folder here; attndyn never downloads: a hub id needs its files on disk (config.json, *.safetensors)")
+
+    bar = _status()
+    try:
+        with bar:
+            task = bar.add_task("loading checkpoint")
+            record = checkpoint_report(
+                path,
+                text=text,
+                layer=layer,
+                head=head,
+                out=out,
+                allow_pickle=allow_pickle,
+                progress=_stages(bar, task),
+                device=dev,
+                dtype=torch_dtype,
+                spectra_only=spectra_only,
+            )
+    except CheckpointError as err:
+        fail(str(err))
+    console.print(
+        f"{record['good_triples']} of {record['heads_total']} heads are good triples; report: {(out / 'index.html').resolve()}", markup=False
+    )
+    if table:
+        _head_table(record["per_head"], ("layer", "head", "regime", "good_triple", "effective_beta", "sym_QK_min", "sym_QK_max"))
+
+
+def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
+    """The per-head table on the terminal (numbers to 4 significant digits)."""
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} heads")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in columns))
+    console.print(t)
+
+
+def _is_decoder(path: str) -> bool:
+    p = Path(path)
+    if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
+        return True
+    try:
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text", "gpt2")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False  # the encoder reader names what is wrong with the folder
+
+
+def _decoder(
+    path: str, out: Path, prompts: Path | None, twin_layers: str | None, regime_layers: str, layer: int, head: int | None, torch_dtype
+) -> dict:
+    """``attndyn checkpoint`` for causal decoders (see :mod:`attndyn.app.decoder_page`)."""
+    from attndyn.app.decoder_page import decoder_report, prompts_from
+    from attndyn.workflow import ownership
+
+    try:
+        texts = prompts_from(prompts)
+    except (OSError, UnicodeDecodeError) as err:
+        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
+    except ValueError as err:
+        fail(str(err))
+    try:
+        layers = None if twin_layers is None else tuple(int(v) for v in twin_layers.split(","))
+    except ValueError:
+        fail(f"--twin-layers {twin_layers!r} is not a comma-separated list of layer numbers")
+    regimes: tuple[int, ...] | str = regime_layers
+    if regime_layers not in ("all", "twins"):
+        try:
+            regimes = tuple(int(v) for v in regime_layers.split(","))
+        except ValueError:
+            fail(f"--regime-layers {regime_layers!r} is not 'all', 'twins' or a comma-separated list of layer numbers")
+    ownership.check(out, "checkpoint")
+    bar = _status()
+    with bar:
+        task = bar.add_task("reading the model")
+        record = decoder_report(
+            path,
+            prompts=texts,
+            out=out,
+            twin_layers=layers,
+            regime_layers=regimes,
+            heatmap=None if head is None else (layer, head),
+            dtype=torch_dtype,
+            progress=_stages(bar, task),
+        )
+    last = record["per_layer"][-1]
+    console.print(
+        f"{record['title']}: {record['prompts']} prompts, {record['layers']} layers in {record['seconds']:.1f} s; at the last layer "
+        f"mean cosine {last['mean_cosine']:.3f}, sink rate {last['sink_rate']:.2f}; Sink_1 {record['study']['sink_1']['value']:.2f}; "
+        f"report: {(out / 'index.html').resolve()}",
+        markup=False,
+    )
+    return record
