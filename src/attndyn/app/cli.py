@@ -893,7 +893,10 @@ def _is_decoder(path: str) -> bool:
     if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
         return True
     try:
-        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text", "gpt2")
+        from attndyn.models.architectures import encoder_model_types
+
+        # every folder that is not an encoder's goes to the decoder reader, which names an unknown model_type
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") not in encoder_model_types()
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return False  # the encoder reader names what is wrong with the folder
 

@@ -27,6 +27,7 @@ from attndyn import __version__
 from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.claims.trained_decoder import depth_figures
 from attndyn.models import decoder_geometry as geo
+from attndyn.models.architectures import default_twin_layers, twin_refusal
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import load_decoder
@@ -64,11 +65,12 @@ def decoder_report(
     if dec.tokenizer is None:
         raise CheckpointError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
     L = len(dec.layers)
-    if dec.norm_kind != "rms" and twin_layers:
-        raise CheckpointError(f"--twin-layers: {dec.name} uses LayerNorm, and the particle twin is Pre-LN on the sphere (RMSNorm)")
-    if dec.norm_kind != "rms":
-        twin_layers = ()  # the twin models RMSNorm only; the rest of the page applies
-    twin_layers = tuple(twin_layers) if twin_layers is not None else tuple(sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2}))
+    no_twin = twin_refusal(dec)
+    if no_twin and twin_layers:
+        raise CheckpointError(f"--twin-layers: the particle twin is not offered for {dec.name}: {no_twin}")
+    if no_twin:
+        twin_layers = ()  # the rest of the page applies
+    twin_layers = tuple(twin_layers) if twin_layers is not None else default_twin_layers(L)
     bad = [k for k in twin_layers if not 0 <= k < L - 1]
     if bad:
         raise CheckpointError(f"--twin-layers: layer {bad[0]} is not in 0..{L - 2} (the twin is compared with the next layer)")
@@ -87,7 +89,8 @@ def decoder_report(
     (out / "figures").mkdir(exist_ok=True)
     start = time.perf_counter()
     step(f"forward passes of {len(prompts)} prompts")
-    fws = [forward(dec, dec.encode(p), dtype=dtype) for p in prompts]
+    context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
+    fws = [forward(dec, dec.encode(p)[:context], dtype=dtype) for p in prompts]  # a prompt longer than the context is cut to it
     step("token geometry of every layer")
     layers = geo.layer_table(fws)
     step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads")

@@ -23,6 +23,14 @@ Contract
   added to the input embeddings (``positions="learned"``, ``pos_embed``; no RoPE), biases on every
   attention and feed-forward map, and an ungated feed-forward block ``gelu_tanh(h up^T + b_up) down^T
   + b_down`` (``gate=None``).
+* The families of :mod:`attndyn.models.architectures` add, each off by default: ``rotary_dim`` (partial
+  rotary: RoPE on the first ``rotary_dim`` of each head's coordinates, GPT-NeoX / Pythia, Phi-3),
+  ``parallel_residual`` (``x + attn(x) + ffn(x)``, GPT-NeoX), ``pre_norm=False`` (no norm before the
+  sub-layers, only the ``post_*`` norms after them, OLMo-2), ``qk_norm_full`` (the query/key RMSNorm
+  over all heads together, before the split into heads, OLMo-2), ``attn_scale`` (the score scale,
+  ``1/sqrt(hd)`` by default; Gemma 2's ``query_pre_attn_scalar^-1/2``), ``attn_softcap`` and
+  ``final_softcap`` (``c tanh(s / c)`` on the attention scores before the mask and on the logits,
+  Gemma 2), and the exact (erf) GELU (``activation="gelu"``).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -96,11 +104,22 @@ class Decoder:
     norm_bias: torch.Tensor | None = None  # the final LayerNorm's bias
     positions: str = "rope"  # "rope", or "learned" (GPT-2: absolute position embeddings added to the input)
     pos_embed: torch.Tensor | None = None  # (context, d) for learned positions
+    # the families' options (module docstring), neutral by default
+    rotary_dim: int | None = None  # RoPE on the first rotary_dim coordinates of each head; None: all of them
+    parallel_residual: bool = False  # x + attn(x) + ffn(x) (GPT-NeoX)
+    pre_norm: bool = True  # False: no norm before the sub-layers, only the post_* norms after them (OLMo-2)
+    qk_norm_full: bool = False  # q_norm/k_norm over all heads at once, before the split (OLMo-2)
+    attn_scale: float | None = None  # the score scale; None: 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # c tanh(scores / c) before the mask (Gemma 2)
+    final_softcap: float | None = None  # c tanh(logits / c) (Gemma 2)
+    context: int | None = None  # the longest sequence the model was trained for, when known
 
     def __post_init__(self):
         d = self.embed.shape[1]
-        if self.activation not in ("silu", "gelu_tanh"):
-            raise ValueError(f"{self.name}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
+        if self.activation not in ("silu", "gelu_tanh", "gelu"):
+            raise ValueError(f"{self.name}: activation {self.activation!r} is not 'silu', 'gelu_tanh' or 'gelu'")
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"{self.name}: rotary_dim {self.rotary_dim} is not an even number in 2..{self.head_dim}")
         if self.norm_kind not in ("rms", "layer"):
             raise ValueError(f"{self.name}: norm_kind {self.norm_kind!r} is not 'rms' or 'layer'")
         if self.positions not in ("rope", "learned"):
@@ -204,18 +223,28 @@ def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tu
     out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype."""
     layer, (n, _) = decoder.layers[k_layer], x.shape
     H, KV, hd = decoder.heads, decoder.kv_heads, decoder.head_dim
-    h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
-    q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q)).view(n, H, hd).transpose(0, 1)
-    k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k)).view(n, KV, hd).transpose(0, 1)
+    h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias)) if decoder.pre_norm else x
+    q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q))
+    k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k))
+    if decoder.qk_norm_full:  # OLMo-2: one RMSNorm over all heads, before the split
+        q, k = rms_norm(q, cast(layer.q_norm), decoder.eps), rms_norm(k, cast(layer.k_norm), decoder.eps)
+    q, k = q.view(n, H, hd).transpose(0, 1), k.view(n, KV, hd).transpose(0, 1)
     v = _plus(h @ cast(layer.W_v).T, cast(layer.b_v)).view(n, KV, hd).transpose(0, 1)
-    if layer.q_norm is not None:
+    if layer.q_norm is not None and not decoder.qk_norm_full:
         q = rms_norm(q, cast(layer.q_norm), decoder.eps)
-    if layer.k_norm is not None:
+    if layer.k_norm is not None and not decoder.qk_norm_full:
         k = rms_norm(k, cast(layer.k_norm), decoder.eps)
     if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        r = decoder.rotary_dim or hd
+        if r == hd:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        else:  # partial rotary: the first r coordinates turn, the rest pass
+            q = torch.cat([apply_rope(q[..., :r], *rope), q[..., r:]], dim=-1)
+            k = torch.cat([apply_rope(k[..., :r], *rope), k[..., r:]], dim=-1)
     k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    scores = (q @ k.transpose(-1, -2)) * (decoder.attn_scale if decoder.attn_scale is not None else 1 / math.sqrt(hd))
+    if decoder.attn_softcap is not None:
+        scores = torch.tanh(scores / decoder.attn_softcap) * decoder.attn_softcap
     P = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)  # subtracts the row maximum
     out = _plus((P @ v).transpose(0, 1).reshape(n, H * hd) @ cast(layer.W_o).T, cast(layer.b_o))
     if layer.post_attn_norm is not None:
@@ -226,8 +255,12 @@ def attention_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tu
 def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: Callable) -> torch.Tensor:
     """Layer ``k_layer``'s feed-forward sub-layer on ``x`` ``(n, d)``: its output, to be added to ``x``."""
     layer = decoder.layers[k_layer]
-    act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
-    h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias))
+    act = {
+        "silu": torch.nn.functional.silu,
+        "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        "gelu": torch.nn.functional.gelu,
+    }[decoder.activation]
+    h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias)) if decoder.pre_norm else x
     if layer.gate is None:  # GPT-2's ungated block
         out = _plus(act(_plus(h @ cast(layer.up).T, cast(layer.b_up))) @ cast(layer.down).T, cast(layer.b_down))
     else:
@@ -268,16 +301,21 @@ def forward(decoder: Decoder, ids: list[int] | torch.Tensor, *, dtype: torch.dty
             raise ValueError(f"{n} tokens exceed {decoder.name}'s context of {decoder.pos_embed.shape[0]} learned positions")
         x = x + cast(decoder.pos_embed)[:n]
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
-    tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
+    tables = {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
     masks = layer_masks(decoder, n, device)
     hidden, attentions = [x], []
     for k_layer in range(len(decoder.layers)):
         out, P = attention_sublayer(decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast)
         attentions.append(P)
-        x = x + out
-        x = x + feedforward_sublayer(decoder, k_layer, x, cast)
+        if decoder.parallel_residual:  # GPT-NeoX: both sub-layers read the same stream
+            x = x + out + feedforward_sublayer(decoder, k_layer, x, cast)
+        else:
+            x = x + out
+            x = x + feedforward_sublayer(decoder, k_layer, x, cast)
         hidden.append(x)
     logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
+    if decoder.final_softcap is not None:
+        logits = torch.tanh(logits / decoder.final_softcap) * decoder.final_softcap
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
 
 

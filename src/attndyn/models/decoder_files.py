@@ -113,7 +113,8 @@ def smollm2_available() -> tuple[bool, str]:
 
 
 def load_decoder(name_or_path: str | Path) -> Decoder:
-    """A decoder by name (``smollm2``) or path (a ``.gguf`` file, or a Hugging Face LLaMA folder)."""
+    """A decoder by name (``smollm2``, ``gemma3``) or path (a ``.gguf`` file, or a Hugging Face folder of any
+    family in :data:`attndyn.models.architectures.FAMILIES`)."""
     if str(name_or_path).lower() == "smollm2":
         return read_gguf(smollm2_path())
     if str(name_or_path).lower() == "gemma3":
@@ -122,7 +123,9 @@ def load_decoder(name_or_path: str | Path) -> Decoder:
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf(path)
     if path.is_dir() and (path / "config.json").is_file():
-        return read_hf_llama(path)  # LLaMA and Gemma 3 folders; GPT-2 folders are handed to read_hf_gpt2
+        from attndyn.models.architectures import read_folder
+
+        return read_folder(path)  # every family of the registry (attndyn.models.architectures)
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
     raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
@@ -184,8 +187,9 @@ def read_gguf(path: str | Path) -> Decoder:
     except Exception as err:  # the gguf package raises ValueError, struct.error, ... on a damaged file
         raise CheckpointError(f"{path} is not a readable GGUF file ({type(err).__name__}: {err})") from None
     arch = _field(reader, "general.architecture")
-    if arch not in ("llama", "gemma3"):
-        raise CheckpointError(f"{path}: architecture {arch!r} is not supported (only 'llama' and 'gemma3')")
+    from attndyn.models.architectures import family_of_gguf
+
+    family_of_gguf(arch, where=f"{path}: ")  # refuses, listing the supported architectures
     L = int(_field(reader, f"{arch}.block_count"))
     H = int(_field(reader, f"{arch}.attention.head_count"))
     KV = int(_field(reader, f"{arch}.attention.head_count_kv", H))

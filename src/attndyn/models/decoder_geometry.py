@@ -182,10 +182,10 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
             g = head // decoder.group
             Q = L.W_q[head * hd : (head + 1) * hd].double()
             K = L.W_k[g * hd : (g + 1) * hd].double()
-            if L.q_norm is not None:  # Gemma: RMSNorm of each head, whose weights scale Q and K
-                Q = L.q_norm.double()[:, None] * Q
+            if L.q_norm is not None:  # Gemma: RMSNorm of each head, whose weights scale Q and K (OLMo-2: the head's slice)
+                Q = (L.q_norm[head * hd : (head + 1) * hd] if decoder.qk_norm_full else L.q_norm).double()[:, None] * Q
             if L.k_norm is not None:
-                K = L.k_norm.double()[:, None] * K
+                K = (L.k_norm[g * hd : (g + 1) * hd] if decoder.qk_norm_full else L.k_norm).double()[:, None] * K
             small = L.W_v[g * hd : (g + 1) * hd].double() @ L.W_o[:, head * hd : (head + 1) * hd].double()
             eig_V = torch.linalg.eigvals(small).numpy()
             _, R = torch.linalg.qr(Q.T)

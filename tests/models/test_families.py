@@ -1,0 +1,249 @@
+"""The registry of decoder families (issue 37): each family read from a Hugging Face folder equals transformers.
+
+For every family a tiny random model is built here by ``transformers`` from a config (no download),
+with its norm weights and biases moved away from 1 and 0, saved as a folder and read back by attndyn.
+In float64, with transformers' float32 islands (RoPE angles, RMSNorm, the attention softmax, Gemma's
+float32 sqrt(d)) given float64 arithmetic, every layer's residual stream (the last one through the
+final norm), every attention map and the logits agree to 1e-10. The configs switch on what makes each
+family different (biases, sliding windows shorter than the prompt, QK-norm, norms after the
+sub-layers, a parallel residual with partial rotary, fused maps, soft-capping with local/global layers).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attndyn.models.architectures import FAMILIES, default_twin_layers, from_transformers, twin_refusal
+from attndyn.models.bert import CheckpointError
+from attndyn.models.decoder import _norm, forward
+from attndyn.models.decoder_files import load_decoder
+
+transformers = pytest.importorskip("transformers")
+
+IDS = [5, 17, 3, 60, 42, 42, 1, 33, 23, 9, 51]
+COMMON = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+}
+ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
+CONFIGS = {
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        COMMON | ROPE | {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2, "head_dim": 8}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2}),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        COMMON | {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}, "use_parallel_residual": True},
+    ),
+    "phi3": (
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        COMMON
+        | {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5},
+            "num_key_value_heads": 2,
+            "sliding_window": 4,
+        },
+    ),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        COMMON
+        | ROPE
+        | {
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "query_pre_attn_scalar": 12,
+            "sliding_window": 4,
+            "attn_logit_softcapping": 2.0,
+            "final_logit_softcapping": 3.0,
+        },
+    ),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2}),
+}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def tiny(family: str, tmp_path, *, seed: int = 0):
+    """A random model of ``family`` (float32 weights, norms and biases away from 1 and 0), saved as a folder; the model in float64."""
+    config_cls, model_cls, kwargs = CONFIGS[family]
+    torch.manual_seed(seed)
+    # initializer_range 0.2, not 0.02: scores of order one, so that the attention is far from uniform and soft-capping bites
+    config = getattr(transformers, config_cls)(
+        **kwargs, initializer_range=0.2, attn_implementation="eager", bos_token_id=1, eos_token_id=2, pad_token_id=0
+    )
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_((0.0 if family == "gemma2" else 1.0) + 0.3 * torch.randn_like(p))  # Gemma stores w of 1 + w
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    folder = tmp_path / f"tiny-{family}"
+    model.save_pretrained(folder, safe_serialization=True)
+    return model.double(), folder
+
+
+def exact_reference(model):
+    """transformers' float32 islands in float64: RoPE angles, RMSNorm (Gemma's 1 + w), Gemma's sqrt(d)."""
+    base = float(model.config.rope_parameters["rope_theta"])
+    for module in model.modules():
+        cls = type(module).__name__
+        if cls.endswith("RotaryEmbedding"):
+            dim = 2 * module.inv_freq.numel()
+            inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+            def exact(x, position_ids, inv=inv):
+                angles = position_ids[..., None].double() * inv
+                angles = torch.cat([angles, angles], dim=-1)
+                return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+            module.forward = exact
+        elif cls.endswith("RMSNorm"):
+            gemma = cls.startswith("Gemma")
+
+            def norm(x, module=module, gemma=gemma):
+                eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+                y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+                return y * (1.0 + module.weight) if gemma else module.weight * y
+
+            module.forward = norm
+        elif cls.endswith("ScaledWordEmbedding"):
+            module.embed_scale = torch.tensor(module.embedding_dim**0.5, dtype=torch.float64)
+    return model
+
+
+def reference(model, ids):
+    softmax = torch.nn.functional.softmax
+
+    def softmax64(x, dim=None, _stacklevel=3, dtype=None):  # its attention softmax is float32 too
+        return softmax(x, dim=dim, dtype=torch.float64 if dtype == torch.float32 else dtype)
+
+    torch.nn.functional.softmax = softmax64
+    try:
+        with torch.no_grad():
+            return model(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+    finally:
+        torch.nn.functional.softmax = softmax
+
+
+def differences(dec, ours, ref) -> dict[str, float]:
+    """Largest relative difference of each layer's residual (the last through the final norm), and the
+    largest absolute difference of the attention maps and (relative) of the logits."""
+    L = len(ref.attentions)
+    hid = []
+    for k in range(L + 1):
+        mine = ours.hidden[k] if k < L else _norm(dec, ours.hidden[k], dec.norm.double(), None if dec.norm_bias is None else dec.norm_bias.double())
+        want = ref.hidden_states[k][0]
+        hid.append(float((mine - want).norm() / want.norm()))
+    att = max(float((ours.attentions[k] - ref.attentions[k][0]).abs().max()) for k in range(L))
+    logits = float((ours.logits - ref.logits[0]).abs().max() / ref.logits.abs().max())
+    return {"hidden": max(hid), "attention": att, "logits": logits}
+
+
+MEASURED: dict[str, dict[str, float]] = {}
+
+
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_family_folder_equals_transformers_in_float64(tmp_path, family):
+    model, folder = tiny(family, tmp_path)
+    dec = load_decoder(folder)
+    assert dec.arch == family
+    ours = forward(dec, IDS, dtype=torch.float64)
+    d = differences(dec, ours, reference(exact_reference(model), IDS))
+    MEASURED[family] = d
+    print(f"\n{family}: largest difference to transformers {d}")
+    assert max(d.values()) < 1e-10, f"{family}: {d}"
+
+
+def test_the_configs_switch_on_what_makes_each_family_different(tmp_path):
+    """The oracle above is only as good as what it exercises: sliding windows shorter than the prompt,
+    partial rotary, parallel residual, soft-capping, biases, QK-norm and norms after the sub-layers are on."""
+    decs = {f: load_decoder(tiny(f, tmp_path)[1]) for f in ("qwen2", "mistral", "gemma2", "gpt_neox", "phi3", "olmo2", "qwen3")}
+    assert decs["qwen2"].windows == (None, 4)
+    assert decs["qwen2"].layers[0].b_q is not None
+    assert decs["mistral"].windows == (4, 4)
+    assert decs["gemma2"].windows == (4, None)
+    assert decs["gemma2"].attn_softcap == 2.0
+    assert decs["gemma2"].attn_scale == 12**-0.5
+    assert decs["gpt_neox"].parallel_residual
+    assert decs["gpt_neox"].rotary_dim == 4
+    assert decs["phi3"].rotary_dim == 4
+    assert decs["phi3"].windows == (4, 4)
+    assert not decs["olmo2"].pre_norm
+    assert decs["olmo2"].qk_norm_full
+    assert decs["qwen3"].layers[1].q_norm.shape == (8,)
+    assert len(IDS) > 4
+
+
+def test_from_transformers_reads_the_live_model_in_place(tmp_path):
+    """A loaded PreTrainedModel: the same numbers as its folder, its parameters read without a copy."""
+    model, folder = tiny("qwen2", tmp_path)
+    live = from_transformers(model)
+    assert live.layers[0].W_o.data_ptr() == model.model.layers[0].self_attn.o_proj.weight.data_ptr()
+    a, b = forward(live, IDS), forward(load_decoder(folder), IDS)
+    assert float((a.hidden - b.hidden).abs().max()) == 0.0
+    assert float((a.attentions - b.attentions).abs().max()) == 0.0
+    assert live.windows == (None, 4)
+
+
+def test_unknown_architectures_are_refused_naming_them_and_the_supported_ones(tmp_path):
+    from attndyn.app.cli import entry
+
+    _, folder = tiny("llama", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "mamba"}))
+    with pytest.raises(CheckpointError, match=r"'mamba'.*qwen2.*gpt_neox.*bert"):
+        load_decoder(folder)
+    assert entry(["checkpoint", str(folder), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_twin_refusals_and_default_layers_follow_the_model():
+    assert default_twin_layers(1) == ()
+    assert default_twin_layers(2) == (0,)
+    assert default_twin_layers(30) == (0, 7, 15, 22, 28)
+    assert all(0 <= k < L - 1 for L in range(1, 40) for k in default_twin_layers(L))
+    offered = {name for name, f in FAMILIES.items() if f.kind == "decoder" and f.twin is None}
+    assert offered == {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"}
+
+
+def test_twin_refusal_of_a_read_decoder(tmp_path):
+    assert twin_refusal(load_decoder(tiny("gpt_neox", tmp_path)[1])) is not None
+    assert twin_refusal(load_decoder(tiny("mistral", tmp_path)[1])) is None
+
+
+def test_checkpoint_on_a_two_layer_llama_folder_uses_defaults_that_fit(tmp_path):
+    """`attndyn checkpoint` on a 2-layer model exited 2 on its own default twin layers (1 is not in 0..0)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from attndyn.app.cli import entry
+
+    _, folder = tiny("llama", tmp_path)
+    words = "the cat sat on a mat and looked at birds in an old garden while rain fell".split()
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text(" ".join(words) + "\n\n" + " ".join(reversed(words)) + "\n")
+    out = tmp_path / "page"
+    assert entry(["checkpoint", str(folder), "--prompts", str(prompts), "--out", str(out)]) == 0
+    record = json.loads((out / "decoder.json").read_text())
+    assert {t["layer"] for t in record["twin"]} == {0}
