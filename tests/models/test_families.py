@@ -247,3 +247,31 @@ def test_checkpoint_on_a_two_layer_llama_folder_uses_defaults_that_fit(tmp_path)
     assert entry(["checkpoint", str(folder), "--prompts", str(prompts), "--out", str(out)]) == 0
     record = json.loads((out / "decoder.json").read_text())
     assert {t["layer"] for t in record["twin"]} == {0}
+
+
+def _word_tokenizer(folder):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = "the cat sat on a mat and looked at birds in an old garden while rain fell".split()
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    return [" ".join(words), " ".join(reversed(words))]
+
+
+@pytest.mark.parametrize(("family", "twins"), [("phi3", 1), ("olmo2", 0), ("gpt_neox", 0)])
+def test_the_decoder_page_reads_the_new_families(tmp_path, family, twins):
+    """Partial rotary in the twin's RoPE step (Phi-3), QK-norm over all heads in the head table (OLMo-2),
+    and a family the twin refuses, in one line, when asked (GPT-NeoX's parallel residual)."""
+    from attndyn.app.decoder_page import decoder_report
+
+    _, folder = tiny(family, tmp_path)
+    prompts = _word_tokenizer(folder)
+    record = decoder_report(str(folder), prompts=prompts, out=tmp_path / "page", dtype=torch.float64)
+    assert len(record["twin"]) == twins  # one summary a twin layer: layer 0 of 2, or none
+    assert sum(record["regime_counts"].values()) == 2 * 4
+    if family == "gpt_neox":
+        with pytest.raises(CheckpointError, match="parallel residual"):
+            decoder_report(str(folder), prompts=prompts, out=tmp_path / "page2", twin_layers=(0,), dtype=torch.float64)

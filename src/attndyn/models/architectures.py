@@ -64,18 +64,23 @@ class Family:
 
     @property
     def twin(self) -> str | None:
-        """Why the particle twin is not offered for this family, or None when it is."""
+        """Why the particle twin is not offered for this family (one line, every reason), or None when it is."""
         if self.kind == "encoder":
             return "encoders take the BERT page (Post-LN), not the decoder twin"
-        if self.norm == "layer":
-            return "LayerNorm removes the mean and adds a bias, which is not the twin's projection on the sphere"
-        if self.parallel_residual:
-            return "its parallel residual adds attention and feed-forward of the same state, which the twin's one sub-layer step does not"
-        if self.norm_placement == "post":
-            return "it normalises after the sub-layers, while the twin is Pre-LN"
-        if self.softcap:
-            return "its soft-capped attention scores are not the twin's softmax of a bilinear form"
-        return None
+        reasons = [
+            why
+            for flag, why in (
+                (self.norm == "layer", "LayerNorm removes the mean and adds a bias, which is not the twin's projection on the sphere"),
+                (
+                    self.parallel_residual,
+                    "its parallel residual adds attention and feed-forward of the same state, which the twin's one step does not",
+                ),
+                (self.norm_placement == "post", "it normalises after the sub-layers, while the twin is Pre-LN"),
+                (self.softcap, "its soft-capped attention scores are not the twin's softmax of a bilinear form"),
+            )
+            if flag
+        ]
+        return "; ".join(reasons) or None
 
 
 FAMILIES: dict[str, Family] = {
@@ -181,10 +186,10 @@ def family_of_gguf(arch: object, *, where: str = "") -> Family:
 def twin_refusal(decoder: Decoder) -> str | None:
     """Why the particle twin is not offered for ``decoder`` (one line), or None."""
     fam = FAMILIES.get(decoder.arch)
-    if decoder.norm_kind != "rms":
-        return FAMILIES["gpt2"].twin
-    if decoder.parallel_residual or not decoder.pre_norm or decoder.attn_softcap is not None:
-        return fam.twin if fam is not None else "the twin is Pre-LN with one softmax attention step"
+    if fam is not None and fam.twin is not None:
+        return fam.twin
+    if decoder.norm_kind != "rms" or decoder.parallel_residual or not decoder.pre_norm or decoder.attn_softcap is not None:
+        return "the twin is Pre-LN on the sphere (RMSNorm) with one softmax attention step, which this decoder is not"
     return None
 
 

@@ -171,7 +171,8 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
     hd = decoder.head_dim
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
     if decoder.positions == "rope":
-        cores = {b: rope_averaged_core(hd, b, rope_window) for b in set(bases)}
+        r = decoder.rotary_dim or hd  # partial rotary: the last hd - r coordinates do not turn
+        cores = {b: torch.block_diag(rope_averaged_core(r, b, rope_window), torch.eye(hd - r, dtype=torch.float64)) for b in set(bases)}
     else:  # learned absolute positions (GPT-2) enter through the input, not the kernel
         cores = dict.fromkeys(set(bases), torch.eye(hd, dtype=torch.float64))
     eye = torch.eye(hd, dtype=torch.float64)
@@ -240,7 +241,7 @@ def layer_twins(decoder: Decoder, x: torch.Tensor, layer: int, *, rope: bool, ff
     tables = None
     if rope and decoder.positions == "rope":
         base = (decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers))[layer]
-        tables = rope_tables(n, decoder.head_dim, base, dtype=torch.float64, device="cpu")
+        tables = rope_tables(n, decoder.rotary_dim or decoder.head_dim, base, dtype=torch.float64, device="cpu")
 
     def attn(y: torch.Tensor) -> torch.Tensor:
         return attention_sublayer(decoder, layer, y, tables, mask, cast)[0]
