@@ -805,7 +805,7 @@ def checkpoint(
     """Head spectra and dynamics of a trained checkpoint.
 
     Encoders (MiniLM, BERT folders): spectra of every head, and the dynamics its weights drive
-    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA, Gemma 3 and GPT-2 folders): token geometry
+    against its hidden states. Causal decoders (SmolLM2, GGUF files, folders of the families in models/architectures.py): token geometry
     of every layer on a set of prompts, attention sinks and leaders, head spectra, and the particle
     twin of chosen layers.
     """

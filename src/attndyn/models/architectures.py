@@ -442,3 +442,39 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
         parallel_residual=bool(config.get("use_parallel_residual", True)), context=config.get("max_position_embeddings"),
     )  # fmt: skip
+
+
+def family_table() -> str:
+    """The families as a Markdown table (docs/guide/trained-models.md holds it; a test checks it is this one)."""
+    rows = [
+        "| family | model_type (Hugging Face) | GGUF | what differs | forward | geometry | twin | e.g. |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for f in FAMILIES.values():
+        traits = [
+            t
+            for flag, t in (
+                (f.norm == "layer", "LayerNorm"),
+                (f.norm_placement == "post", "norms after sub-layers"),
+                (f.norm_placement == "sandwich", "sandwich norms"),
+                (f.biases == "qkv", "q/k/v biases"),
+                (f.biases == "all", "biases"),
+                (f.rotary == "partial", "partial rotary"),
+                (f.rotary == "learned", "learned positions"),
+                (f.parallel_residual, "parallel residual"),
+                (f.softcap, "soft-capping"),
+                (f.sliding_window == "all", "sliding window"),
+                (f.sliding_window in ("pattern", "alternating"), "local/global layers"),
+                (f.qk_norm == "head", "QK-norm"),
+                (f.qk_norm == "full", "QK-norm (all heads)"),
+                (f.fused != "none", f"fused {f.fused}"),
+                (f.gqa and f.kind == "decoder", "GQA"),
+            )
+            if flag
+        ]
+        decoder = f.kind == "decoder"
+        rows.append(
+            f"| {f.name} | {', '.join(f.model_types)} | {', '.join(f.gguf_archs) or '-'} | {', '.join(traits)} | "
+            f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
+        )
+    return "\n".join(rows)
