@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from attndyn.models.bert import CheckpointError
@@ -218,19 +217,23 @@ def read_folder(folder: str | Path) -> Decoder:
     folder = Path(folder)
     config = read_config(folder)
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
-    if fam.reader in ("llama", "gpt2"):
+    biased_llama = fam.name == "llama" and (config.get("attention_bias") or config.get("mlp_bias"))
+    if fam.reader in ("llama", "gpt2") and not biased_llama:
         return decoder_files.read_hf_llama(folder)  # llama, gemma3_text and gpt2, unchanged
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
     from safetensors import safe_open
 
-    handles = [safe_open(str(f), "np") for f in files]
+    try:
+        handles = [safe_open(str(f), "pt") for f in files]  # memory-mapped; bfloat16 too
+    except Exception as err:  # safetensors raises its own SafetensorError on a damaged header
+        raise CheckpointError(f"{folder}: a *.safetensors file is not readable ({type(err).__name__}: {err})") from None
     where = {key: h for h in handles for key in h.keys()}  # noqa: SIM118 (safe_open has no iteration)
 
     def get(name: str) -> torch.Tensor | None:
         h = where.get(name)
-        return None if h is None else torch.from_numpy(np.asarray(h.get_tensor(name), dtype=np.float64))
+        return None if h is None else h.get_tensor(name).to(torch.float64)
 
     return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=decoder_files._folder_tokenizer(folder))
 
@@ -306,6 +309,8 @@ def _windows(fam: Family, config: dict, L: int) -> tuple[int | None, ...] | None
         return tuple(int(w) if t == "sliding_attention" else None for t in types)
     if fam.sliding_window == "alternating":  # Gemma 2: even layers local
         return tuple(int(w) if k % 2 == 0 else None for k in range(L))
+    if config.get("max_window_layers") is not None:  # Qwen2/3 configs without layer_types: local from that layer on
+        return tuple(int(w) if k >= int(config["max_window_layers"]) else None for k in range(L))
     return (int(w),) * L
 
 
