@@ -330,3 +330,22 @@ def test_options_the_forward_pass_lacks_are_refused_naming_them(tmp_path, family
     (folder / "config.json").write_text(json.dumps(config | change))
     with pytest.raises(CheckpointError, match=match):
         load_decoder(folder)
+
+
+@pytest.mark.parametrize("family", [*CONFIGS, "gpt2"])
+def test_from_transformers_equals_the_folder_for_every_family(tmp_path, family):
+    import attndyn.models
+
+    if family == "gpt2":
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4, attn_implementation="eager")
+        model = transformers.GPT2LMHeadModel(config).eval()
+        folder = tmp_path / "gpt2"
+        model.save_pretrained(folder, safe_serialization=True)
+        model = model.double()
+    else:
+        model, folder = tiny(family, tmp_path)
+    a, b = forward(attndyn.models.from_transformers(model), IDS), forward(load_decoder(folder), IDS)
+    assert float((a.hidden - b.hidden).abs().max()) < 1e-12 * float(b.hidden.abs().max())
+    assert float((a.attentions - b.attentions).abs().max()) < 1e-12
+    assert float((a.logits - b.logits).abs().max()) < 1e-12 * float(b.logits.abs().max())

@@ -439,7 +439,10 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
             )
         )  # fmt: skip
     embed = need("gpt_neox.embed_in.weight")
-    head = embed if config.get("tie_word_embeddings") else need("embed_out.weight")
+    # the files call the head embed_out; a live model of transformers 5 calls it lm_head
+    head = (
+        embed if config.get("tie_word_embeddings") else (get("embed_out.weight") if get("embed_out.weight") is not None else need("lm_head.weight"))
+    )
     rotary_dim = int(hd * fraction)
     return Decoder(
         name, source, embed, tuple(layers), need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
