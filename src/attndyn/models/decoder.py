@@ -1,4 +1,4 @@
-"""Trained causal decoders (LLaMA, Gemma 3 and GPT-2 families): one typed description, and our own exact forward pass.
+"""Trained causal decoders (the families of :mod:`attndyn.models.architectures`): one typed description, and our own exact forward pass.
 
 Contract
 --------
@@ -79,7 +79,7 @@ class DecoderLayer:
 
 @dataclass(frozen=True)
 class Decoder:
-    """A LLaMA- or Gemma-3-family decoder (see the module docstring); ``name`` and ``source`` say what was read."""
+    """A causal decoder of any registered family (see the module docstring); ``name`` and ``source`` say what was read."""
 
     name: str
     source: str
