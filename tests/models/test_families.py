@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,9 +83,10 @@ def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def tiny(family: str, tmp_path, *, seed: int = 0):
+def tiny(family: str, tmp_path, *, seed: int = 0, **override):
     """A random model of ``family`` (float32 weights, norms and biases away from 1 and 0), saved as a folder; the model in float64."""
     config_cls, model_cls, kwargs = CONFIGS[family]
+    kwargs = kwargs | override
     torch.manual_seed(seed)
     # initializer_range 0.2, not 0.02: scores of order one, so that the attention is far from uniform and soft-capping bites
     config = getattr(transformers, config_cls)(
@@ -349,3 +351,50 @@ def test_from_transformers_equals_the_folder_for_every_family(tmp_path, family):
     assert float((a.hidden - b.hidden).abs().max()) < 1e-12 * float(b.hidden.abs().max())
     assert float((a.attentions - b.attentions).abs().max()) < 1e-12
     assert float((a.logits - b.logits).abs().max()) < 1e-12 * float(b.logits.abs().max())
+
+
+def write_gguf(model, path, arch):
+    """The tiny model as llama.cpp's converter writes a NEOX-RoPE family (no query/key reordering): F32 tensors, GGUF names."""
+    gguf = pytest.importorskip("gguf")
+    from attndyn.models.architectures import gguf_name
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads)
+    w.add_value_length(cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_context_length(cfg.max_position_embeddings)
+    for name, t in model.state_dict().items():
+        g = gguf_name(name)
+        assert g is not None, name
+        w.add_tensor(g, np.ascontiguousarray(t.float().numpy()))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_family_gguf_equals_transformers_in_float64(tmp_path, monkeypatch, family):
+    """A GGUF file of the tiny model, named as llama.cpp names it (transformers' own GGUF loader reads the
+    same file back to the same model, which checks the names), read by attndyn: within 1e-10."""
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    model, _ = tiny(family, tmp_path, use_sliding_window=False)  # GGUF files of Qwen carry no sliding window (llama.cpp has none)
+    path = tmp_path / f"{family}.gguf"
+    write_gguf(model, path, family)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=path.name, dtype=torch.float32, vocab_size=64, **({"head_dim": 8} if family == "qwen3" else {})
+    ).eval()  # its GGUF loader takes neither from the file
+    for name, t in theirs.state_dict().items():
+        np.testing.assert_array_equal(t.numpy(), model.state_dict()[name].float().numpy(), err_msg=name)
+    dec = load_decoder(path)
+    assert dec.arch == family
+    d = differences(dec, forward(dec, IDS), reference(exact_reference(model), IDS))
+    print(f"\n{family} (GGUF): largest difference to transformers {d}")
+    assert max(d.values()) < 1e-10, d

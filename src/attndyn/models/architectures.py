@@ -14,6 +14,8 @@ Contract
 * ``read_folder(folder)``: a Hugging Face folder (``config.json`` + ``*.safetensors``, sharded or not);
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
+* ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
+  ``qwen3``), its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
 * ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from attndyn.models.bert import CheckpointError
@@ -87,8 +90,8 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("llama", ("llama",), ("llama",), reader="llama", example="SmolLM2, Llama 3, TinyLlama"),
         Family("mistral", ("mistral",), sliding_window="all", example="Mistral 7B"),
-        Family("qwen2", ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
-        Family("qwen3", ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
+        Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
+        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
         Family("olmo2", ("olmo2",), norm_placement="post", qk_norm="full", example="OLMo-2"),
         Family(
             "gemma2",
@@ -486,3 +489,54 @@ def family_table() -> str:
             f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
         )
     return "\n".join(rows)
+
+
+# llama.cpp's tensor names for the Hugging Face ones (the families without fused maps or extra norms)
+GGUF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+
+
+def gguf_name(hf: str) -> str | None:
+    """llama.cpp's name of a Hugging Face tensor name, or None when it has none here."""
+    if hf in GGUF_NAMES:
+        return GGUF_NAMES[hf]
+    parts = hf.split(".")
+    if len(parts) < 5 or parts[:2] != ["model", "layers"]:
+        return None
+    mapped = GGUF_LAYER_NAMES.get(".".join(parts[3:-1]))
+    return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
+
+
+def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer) -> Decoder:
+    """A GGUF file of a registry family other than llama and gemma3 (Qwen2, Qwen3), from its dequantized
+    tensors and metadata: llama.cpp writes these with NEOX RoPE, so no query/key reordering is undone."""
+    fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
+    config = {
+        "model_type": fam.model_types[0],
+        "num_attention_heads": meta["heads"],
+        "num_key_value_heads": meta["kv_heads"],
+        "hidden_size": meta["d"],
+        "head_dim": meta.get("head_dim") or meta["d"] // meta["heads"],
+        "num_hidden_layers": meta["layers"],
+        "rms_norm_eps": meta["eps"],
+        "rope_theta": meta["rope_base"],
+        "max_position_embeddings": meta.get("context") or None,
+    }
+
+    def get(name: str) -> torch.Tensor | None:
+        g = gguf_name(name)
+        return None if g is None or g not in arrays else torch.from_numpy(np.asarray(arrays[g], dtype=np.float32).copy())
+
+    return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer)

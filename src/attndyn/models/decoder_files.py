@@ -1,4 +1,4 @@
-"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``) and Hugging Face folders (LLaMA), offline.
+"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; ``qwen2``, ``qwen3`` through :mod:`attndyn.models.architectures`) and Hugging Face folders, offline.
 
 Contract
 --------
@@ -206,6 +206,7 @@ def read_gguf(path: str | Path) -> Decoder:
         "name": str(_field(reader, "general.name", path.stem)),
         "window": int(_field(reader, f"{arch}.attention.sliding_window", 0)) or None,
         "bos": int(_field(reader, "tokenizer.ggml.bos_token_id", -1)),
+        "context": int(_field(reader, f"{arch}.context_length", 0)),
     }
     arrays = _dequantized(path, reader, meta)
     tokenizer = _gguf_tokenizer(reader, path)
@@ -286,6 +287,10 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
             raise CheckpointError(f"{source}: the tensor {name!r} is missing")
         return torch.from_numpy(np.asarray(arrays[name], dtype=np.float32).copy())
 
+    if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
+        from attndyn.models.architectures import decoder_from_gguf
+
+        return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer)
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
     gemma = meta.get("arch") == "gemma3"
     keys = LAYER_KEYS | (GEMMA3_EXTRA_KEYS if gemma else {})
