@@ -1,4 +1,4 @@
-"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; ``qwen2``, ``qwen3`` through :mod:`attndyn.models.architectures`) and Hugging Face folders, offline.
+"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; Qwen through ``architectures``) and Hugging Face folders, offline.
 
 Contract
 --------
