@@ -398,3 +398,30 @@ def test_family_gguf_equals_transformers_in_float64(tmp_path, monkeypatch, famil
     d = differences(dec, forward(dec, IDS), reference(exact_reference(model), IDS))
     print(f"\n{family} (GGUF): largest difference to transformers {d}")
     assert max(d.values()) < 1e-10, d
+
+
+def test_from_transformers_reads_a_live_gemma3_as_its_folder_reader_does(tmp_path):
+    """Gemma 3's folder reader is checked against transformers in test_gemma3; the live path goes through the
+    registry's reader (1 + w norms, QK-norm, a RoPE base per layer type, local/global windows): the same numbers."""
+    import attndyn.models
+
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, query_pre_attn_scalar=8, sliding_window=4, max_position_embeddings=64, sliding_window_pattern=2,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.normal_(0.0, 0.3)
+    folder = tmp_path / "gemma3"
+    model.save_pretrained(folder, safe_serialization=True)
+    live, files = attndyn.models.from_transformers(model.double()), load_decoder(folder)
+    assert (live.windows, live.rope_bases) == (files.windows, files.rope_bases)
+    a, b = forward(live, IDS), forward(files, IDS)
+    assert float((a.hidden - b.hidden).abs().max()) < 1e-12 * float(b.hidden.abs().max())
+    assert float((a.attentions - b.attentions).abs().max()) < 1e-12
