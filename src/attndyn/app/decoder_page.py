@@ -38,6 +38,7 @@ from attndyn.claims.trained_decoder import depth_figures
 from attndyn.models import decoder_geometry as geo
 from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
+from attndyn.models.architectures import default_twin_layers, twin_refusal
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import load_decoder
@@ -84,7 +85,8 @@ def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0) -> dict:
 def prompt_set_study(dec, texts: list[str], *, dtype, clusters: bool, pool: str) -> tuple[list, dict, dict]:
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
     intervals and nulls) and the set's summary (Sink_1^eps, the sentences)."""
-    ids = [dec.encode(t) for t in texts]
+    context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
+    ids = [dec.encode(t)[:context] for t in texts]  # a prompt longer than the context is cut to it
     fws = [forward(dec, i, dtype=dtype) for i in ids]
     values = geo.layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
@@ -191,11 +193,12 @@ def decoder_report(
     if dec.tokenizer is None:
         raise CheckpointError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
     L = len(dec.layers)
-    if dec.norm_kind != "rms" and twin_layers:
-        raise CheckpointError(f"--twin-layers: {dec.name} uses LayerNorm, and the particle twin is Pre-LN on the sphere (RMSNorm)")
-    if dec.norm_kind != "rms":
-        twin_layers = ()  # the twin models RMSNorm only; the rest of the page applies
-    twin_layers = tuple(twin_layers) if twin_layers is not None else tuple(sorted({0, L // 4, L // 2, (3 * L) // 4, L - 2}))
+    no_twin = twin_refusal(dec)
+    if no_twin and twin_layers:
+        raise CheckpointError(f"--twin-layers: the particle twin is not offered for {dec.name}: {no_twin}")
+    if no_twin:
+        twin_layers = ()  # the rest of the page applies
+    twin_layers = tuple(twin_layers) if twin_layers is not None else default_twin_layers(L)
     bad = [k for k in twin_layers if not 0 <= k < L - 1]
     if bad:
         raise CheckpointError(f"--twin-layers: layer {bad[0]} is not in 0..{L - 2} (the twin is compared with the next layer)")

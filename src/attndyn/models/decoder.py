@@ -1,4 +1,4 @@
-"""Trained causal decoders (LLaMA, Gemma 3 and GPT-2 families): one typed description, and our own exact forward pass.
+"""Trained causal decoders (the families of :mod:`attndyn.models.architectures`): one typed description, and our own exact forward pass.
 
 Contract
 --------
@@ -29,6 +29,14 @@ Contract
   ``forward`` refuses (:class:`PromptError`) token ids past the embedding, a sequence longer than the
   context (``context``, or the learned positions) and one whose attention maps would not fit in memory,
   before any work (:func:`check_length`).
+* The families of :mod:`attndyn.models.architectures` add, each off by default: ``rotary_dim`` (partial
+  rotary: RoPE on the first ``rotary_dim`` of each head's coordinates, GPT-NeoX / Pythia, Phi-3),
+  ``parallel_residual`` (``x + attn(x) + ffn(x)``, GPT-NeoX), ``pre_norm=False`` (no norm before the
+  sub-layers, only the ``post_*`` norms after them, OLMo-2), ``qk_norm_full`` (the query/key RMSNorm
+  over all heads together, before the split into heads, OLMo-2), ``attn_scale`` (the score scale,
+  ``1/sqrt(hd)`` by default; Gemma 2's ``query_pre_attn_scalar^-1/2``), ``attn_softcap`` and
+  ``final_softcap`` (``c tanh(s / c)`` on the attention scores before the mask and on the logits,
+  Gemma 2), and the exact (erf) GELU (``activation="gelu"``).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -87,7 +95,7 @@ class DecoderLayer:
 
 @dataclass(frozen=True)
 class Decoder:
-    """A LLaMA- or Gemma-3-family decoder (see the module docstring); ``name`` and ``source`` say what was read."""
+    """A causal decoder of any registered family (see the module docstring); ``name`` and ``source`` say what was read."""
 
     name: str
     source: str
@@ -112,13 +120,23 @@ class Decoder:
     norm_bias: torch.Tensor | None = None  # the final LayerNorm's bias
     positions: str = "rope"  # "rope", or "learned" (GPT-2: absolute position embeddings added to the input)
     pos_embed: torch.Tensor | None = None  # (context, d) for learned positions
+    # the families' options (module docstring), neutral by default
+    rotary_dim: int | None = None  # RoPE on the first rotary_dim coordinates of each head; None: all of them
+    parallel_residual: bool = False  # x + attn(x) + ffn(x) (GPT-NeoX)
+    pre_norm: bool = True  # False: no norm before the sub-layers, only the post_* norms after them (OLMo-2)
+    qk_norm_full: bool = False  # q_norm/k_norm over all heads at once, before the split (OLMo-2)
+    attn_scale: float | None = None  # the score scale; None: 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # c tanh(scores / c) before the mask (Gemma 2)
+    final_softcap: float | None = None  # c tanh(logits / c) (Gemma 2)
     context: int | None = None  # the longest sequence the model was trained on (RoPE models; learned: pos_embed's rows)
 
     def __post_init__(self):
         """Every declared size and shape checked against the tensors (DESIGN §8): ModelFileError naming the source and the field."""
         where = self.source or self.name
-        if self.activation not in ("silu", "gelu_tanh"):
-            raise ModelFileError(f"{where}: activation {self.activation!r} is not 'silu' or 'gelu_tanh'")
+        if self.activation not in ("silu", "gelu_tanh", "gelu"):
+            raise ModelFileError(f"{where}: activation {self.activation!r} is not 'silu', 'gelu_tanh' or 'gelu'")
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ModelFileError(f"{where}: rotary_dim {self.rotary_dim} is not an even number in 2..{self.head_dim}")
         if self.norm_kind not in ("rms", "layer"):
             raise ModelFileError(f"{where}: norm_kind {self.norm_kind!r} is not 'rms' or 'layer'")
         if self.positions not in ("rope", "learned"):
@@ -177,13 +195,14 @@ class Decoder:
             expected = {
                 "W_q": (H * hd, d), "W_k": (KV * hd, d), "W_v": (KV * hd, d), "W_o": (d, H * hd),
                 "attn_norm": (d,), "ffn_norm": (d,), "up": (f, d), "down": (d, f), "gate": (f, d),
-                "post_attn_norm": (d,), "post_ffn_norm": (d,), "q_norm": (hd,), "k_norm": (hd,),
+                "post_attn_norm": (d,), "post_ffn_norm": (d,),
+                "q_norm": (H * hd,) if self.qk_norm_full else (hd,), "k_norm": (KV * hd,) if self.qk_norm_full else (hd,),
                 "attn_norm_bias": (d,), "ffn_norm_bias": (d,), "b_q": (H * hd,), "b_k": (KV * hd,), "b_v": (KV * hd,),
                 "b_o": (d,), "b_up": (f,), "b_down": (d,),
             }  # fmt: skip
             for key, shape in expected.items():
                 t = getattr(layer, key)
-                if t is not None or key not in OPTIONAL_LAYER_KEYS:
+                if t is not None or (key not in OPTIONAL_LAYER_KEYS and (self.pre_norm or key not in ("attn_norm", "ffn_norm"))):
                     check(t, f"layer {k} {key}", shape)
 
     def __repr__(self) -> str:
@@ -268,18 +287,28 @@ def attention_sublayer(
     values and the output map are the layer's own)."""
     layer, (n, _) = decoder.layers[k_layer], x.shape
     H, KV, hd = decoder.heads, decoder.kv_heads, decoder.head_dim
-    h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias))
-    q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q)).view(n, H, hd).transpose(0, 1)
-    k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k)).view(n, KV, hd).transpose(0, 1)
+    h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias)) if decoder.pre_norm else x
+    q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q))
+    k = _plus(h @ cast(layer.W_k).T, cast(layer.b_k))
+    if decoder.qk_norm_full:  # OLMo-2: one RMSNorm over all heads, before the split
+        q, k = rms_norm(q, cast(layer.q_norm), decoder.eps), rms_norm(k, cast(layer.k_norm), decoder.eps)
+    q, k = q.view(n, H, hd).transpose(0, 1), k.view(n, KV, hd).transpose(0, 1)
     v = _plus(h @ cast(layer.W_v).T, cast(layer.b_v)).view(n, KV, hd).transpose(0, 1)
-    if layer.q_norm is not None:
+    if layer.q_norm is not None and not decoder.qk_norm_full:
         q = rms_norm(q, cast(layer.q_norm), decoder.eps)
-    if layer.k_norm is not None:
+    if layer.k_norm is not None and not decoder.qk_norm_full:
         k = rms_norm(k, cast(layer.k_norm), decoder.eps)
     if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        r = decoder.rotary_dim or hd
+        if r == hd:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        else:  # partial rotary: the first r coordinates turn, the rest pass
+            q = torch.cat([apply_rope(q[..., :r], *rope), q[..., r:]], dim=-1)
+            k = torch.cat([apply_rope(k[..., :r], *rope), k[..., r:]], dim=-1)
     k, v = k.repeat_interleave(decoder.group, dim=0), v.repeat_interleave(decoder.group, dim=0)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    scores = (q @ k.transpose(-1, -2)) * (decoder.attn_scale if decoder.attn_scale is not None else 1 / math.sqrt(hd))
+    if decoder.attn_softcap is not None:
+        scores = torch.tanh(scores / decoder.attn_softcap) * decoder.attn_softcap
     if uniform:
         m = mask.to(scores.dtype)
         P = (m / m.sum(-1, keepdim=True)).expand(H, n, n)
@@ -294,8 +323,12 @@ def attention_sublayer(
 def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: Callable) -> torch.Tensor:
     """Layer ``k_layer``'s feed-forward sub-layer on ``x`` ``(n, d)``: its output, to be added to ``x``."""
     layer = decoder.layers[k_layer]
-    act = torch.nn.functional.silu if decoder.activation == "silu" else (lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
-    h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias))
+    act = {
+        "silu": torch.nn.functional.silu,
+        "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        "gelu": torch.nn.functional.gelu,
+    }[decoder.activation]
+    h = _norm(decoder, x, cast(layer.ffn_norm), cast(layer.ffn_norm_bias)) if decoder.pre_norm else x
     if layer.gate is None:  # GPT-2's ungated block
         out = _plus(act(_plus(h @ cast(layer.up).T, cast(layer.b_up))) @ cast(layer.down).T, cast(layer.b_down))
     else:
@@ -366,7 +399,7 @@ def forward(
     if not rope:
         x = x + cast(decoder.pos_embed)[:n]
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
-    tables = {b: rope_tables(n, hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
+    tables = {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device=device) for b in set(bases)} if rope else {}
     masks = layer_masks(decoder, n, device)
     hidden, attentions = [x], []
     for k_layer in range(len(decoder.layers)):
@@ -374,10 +407,15 @@ def forward(
             decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast, uniform=attention == "uniform"
         )
         attentions.append(P)
-        x = x + out
-        x = x + feedforward_sublayer(decoder, k_layer, x, cast)
+        if decoder.parallel_residual:  # GPT-NeoX: both sub-layers read the same stream
+            x = x + out + feedforward_sublayer(decoder, k_layer, x, cast)
+        else:
+            x = x + out
+            x = x + feedforward_sublayer(decoder, k_layer, x, cast)
         hidden.append(x)
     logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
+    if decoder.final_softcap is not None:
+        logits = torch.tanh(logits / decoder.final_softcap) * decoder.final_softcap
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
 
 

@@ -1,4 +1,4 @@
-"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``) and Hugging Face folders (LLaMA), offline.
+"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; Qwen through ``architectures``) and Hugging Face folders, offline.
 
 Contract
 --------
@@ -119,7 +119,8 @@ def smollm2_available() -> tuple[bool, str]:
 
 
 def load_decoder(name_or_path: str | Path) -> Decoder:
-    """A decoder by name (``smollm2``) or path (a ``.gguf`` file, or a Hugging Face LLaMA folder)."""
+    """A decoder by name (``smollm2``, ``gemma3``) or path (a ``.gguf`` file, or a Hugging Face folder of any
+    family in :data:`attndyn.models.architectures.FAMILIES`)."""
     if str(name_or_path).lower() == "smollm2":
         return read_gguf(smollm2_path())
     if str(name_or_path).lower() == "gemma3":
@@ -128,7 +129,9 @@ def load_decoder(name_or_path: str | Path) -> Decoder:
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf(path)
     if path.is_dir() and (path / "config.json").is_file():
-        return read_hf_llama(path)  # LLaMA and Gemma 3 folders; GPT-2 folders are handed to read_hf_gpt2
+        from attndyn.models.architectures import read_folder
+
+        return read_folder(path)  # every family of the registry (attndyn.models.architectures)
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
     raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
@@ -181,8 +184,9 @@ def _field(reader, path: Path, key: str, default=None):
 def _gguf_meta(reader, path: Path) -> dict:
     """The model's description from its metadata, every field typed and checked (module docstring of file_checks)."""
     arch = _field(reader, path, "general.architecture")
-    if arch not in ("llama", "gemma3"):
-        raise ModelFileError(f"{path}: architecture {arch!r} is not supported (only 'llama' and 'gemma3')")
+    from attndyn.models.architectures import family_of_gguf
+
+    family_of_gguf(arch, where=f"{path}: ")  # refuses, listing the supported architectures
     spec = gguf_spec(arch)
     v = fc.typed(_gguf_values(reader, path, spec), spec, str(path))
     H, d = v[f"{arch}.attention.head_count"], v[f"{arch}.embedding_length"]
@@ -245,8 +249,12 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
     }  # fmt: skip
     if meta["arch"] == "gemma3":
         per_layer |= {"post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (hd,), "attn_k_norm": (hd,)}
+    if meta["arch"] == "qwen3":
+        per_layer |= {"attn_q_norm": (hd,), "attn_k_norm": (hd,)}
+    if meta["arch"] == "qwen2":
+        per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
     for k in range(L):
-        shapes |= {f"blk.{k}.{key}.weight": shape for key, shape in per_layer.items()}
+        shapes |= {f"blk.{k}.{key}" + ("" if key.endswith(".bias") else ".weight"): shape for key, shape in per_layer.items()}
     for name, shape in shapes.items():
         if name not in found:
             raise ModelFileError(f"{path}: the tensor {name!r} is missing")
@@ -384,6 +392,10 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
             raise ModelFileError(f"{source}: the tensor {name!r} is missing")
         return torch.from_numpy(fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}").astype(np.float32))
 
+    if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
+        from attndyn.models.architectures import decoder_from_gguf
+
+        return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer)
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
     gemma = meta.get("arch") == "gemma3"
     keys = LAYER_KEYS | (GEMMA3_EXTRA_KEYS if gemma else {})

@@ -242,7 +242,8 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
     hd = decoder.head_dim
     bases = decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers)
     if decoder.positions == "rope":
-        cores = {b: rope_averaged_core(hd, b, rope_window) for b in set(bases)}
+        r = decoder.rotary_dim or hd  # partial rotary: the last hd - r coordinates do not turn
+        cores = {b: torch.block_diag(rope_averaged_core(r, b, rope_window), torch.eye(hd - r, dtype=torch.float64)) for b in set(bases)}
     else:  # learned absolute positions (GPT-2) enter through the input, not the kernel
         cores = dict.fromkeys(set(bases), torch.eye(hd, dtype=torch.float64))
     eye = torch.eye(hd, dtype=torch.float64)
@@ -253,10 +254,10 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
             g = head // decoder.group
             Q = L.W_q[head * hd : (head + 1) * hd].double()
             K = L.W_k[g * hd : (g + 1) * hd].double()
-            if L.q_norm is not None:  # Gemma: RMSNorm of each head, whose weights scale Q and K
-                Q = L.q_norm.double()[:, None] * Q
+            if L.q_norm is not None:  # Gemma: RMSNorm of each head, whose weights scale Q and K (OLMo-2: the head's slice)
+                Q = (L.q_norm[head * hd : (head + 1) * hd] if decoder.qk_norm_full else L.q_norm).double()[:, None] * Q
             if L.k_norm is not None:
-                K = L.k_norm.double()[:, None] * K
+                K = (L.k_norm[g * hd : (g + 1) * hd] if decoder.qk_norm_full else L.k_norm).double()[:, None] * K
             small = L.W_v[g * hd : (g + 1) * hd].double() @ L.W_o[:, head * hd : (head + 1) * hd].double()
             eig_V = torch.linalg.eigvals(small).numpy()
             _, R = torch.linalg.qr(Q.T)
@@ -311,7 +312,7 @@ def layer_twins(decoder: Decoder, x: torch.Tensor, layer: int, *, rope: bool, ff
     tables = None
     if rope and decoder.positions == "rope":
         base = (decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers))[layer]
-        tables = rope_tables(n, decoder.head_dim, base, dtype=torch.float64, device="cpu")
+        tables = rope_tables(n, decoder.rotary_dim or decoder.head_dim, base, dtype=torch.float64, device="cpu")
 
     def attn(y: torch.Tensor) -> torch.Tensor:
         return attention_sublayer(decoder, layer, y, tables, mask, cast)[0]
@@ -413,7 +414,7 @@ def sublayer_shares(decoder: Decoder, x: torch.Tensor, real: np.ndarray, layer: 
     tables = None
     if decoder.positions == "rope":
         base = (decoder.rope_bases or (decoder.rope_base,) * len(decoder.layers))[layer]
-        tables = rope_tables(n, decoder.head_dim, base, dtype=torch.float64, device="cpu")
+        tables = rope_tables(n, decoder.rotary_dim or decoder.head_dim, base, dtype=torch.float64, device="cpu")
     a = x + attention_sublayer(decoder, layer, x, tables, mask, cast)[0]
     both = a + feedforward_sublayer(decoder, layer, a, cast)
     f = x + feedforward_sublayer(decoder, layer, x, cast)

@@ -48,7 +48,10 @@ HYPOTHESES = (
 
 
 def _fold(decoder: Decoder, layer: int) -> torch.Tensor:
-    return decoder.layers[layer].attn_norm.double() * math.sqrt(decoder.d_model)
+    gain = decoder.layers[layer].attn_norm
+    if gain is None:  # no norm before the sub-layer (OLMo-2): nothing to fold
+        return torch.ones(decoder.d_model, dtype=torch.float64)
+    return gain.double() * math.sqrt(decoder.d_model)
 
 
 def _slices(decoder: Decoder, layer: int, head: int, mats: dict | None = None) -> tuple[torch.Tensor, ...]:
@@ -56,10 +59,10 @@ def _slices(decoder: Decoder, layer: int, head: int, mats: dict | None = None) -
     m = mats or {"W_q": L.W_q.double(), "W_k": L.W_k.double(), "W_v": L.W_v.double(), "W_o": L.W_o.double()}
     Q = m["W_q"][head * hd : (head + 1) * hd]
     K = m["W_k"][g * hd : (g + 1) * hd]
-    if L.q_norm is not None:
-        Q = L.q_norm.double()[:, None] * Q
+    if L.q_norm is not None:  # the head's RMSNorm gain (OLMo-2: the head's slice of the all-head norm)
+        Q = (L.q_norm[head * hd : (head + 1) * hd] if decoder.qk_norm_full else L.q_norm).double()[:, None] * Q
     if L.k_norm is not None:
-        K = L.k_norm.double()[:, None] * K
+        K = (L.k_norm[g * hd : (g + 1) * hd] if decoder.qk_norm_full else L.k_norm).double()[:, None] * K
     Wv = m["W_v"][g * hd : (g + 1) * hd]
     Wo = m["W_o"][:, head * hd : (head + 1) * hd]
     w = _fold(decoder, layer)

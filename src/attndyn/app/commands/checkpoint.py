@@ -40,7 +40,7 @@ def checkpoint(
     """Head spectra and dynamics of a trained checkpoint.
 
     Encoders (MiniLM, BERT folders): spectra of every head, and the dynamics its weights drive
-    against its hidden states. Causal decoders (SmolLM2, GGUF files, LLaMA, Gemma 3 and GPT-2 folders): token geometry
+    against its hidden states. Causal decoders (SmolLM2, GGUF files, folders of the families in models/architectures.py): token geometry
     of every layer on a set of prompts, attention sinks and leaders, head spectra, and the particle
     twin of chosen layers.
     """
@@ -108,7 +108,10 @@ def _is_decoder(path: str) -> bool:
     if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
         return True
     try:
-        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") in ("llama", "gemma3_text", "gpt2")
+        from attndyn.models.architectures import encoder_model_types
+
+        # every folder that is not an encoder's goes to the decoder reader, which names an unknown model_type
+        return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") not in encoder_model_types()
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return False  # the encoder reader names what is wrong with the folder
 

@@ -1,0 +1,427 @@
+"""The registry of decoder families (issue 37): each family read from a Hugging Face folder equals transformers.
+
+For every family a tiny random model is built here by ``transformers`` from a config (no download),
+with its norm weights and biases moved away from 1 and 0, saved as a folder and read back by attndyn.
+In float64, with transformers' float32 islands (RoPE angles, RMSNorm, the attention softmax, Gemma's
+float32 sqrt(d)) given float64 arithmetic, every layer's residual stream (the last one through the
+final norm), every attention map and the logits agree to 1e-10. The configs switch on what makes each
+family different (biases, sliding windows shorter than the prompt, QK-norm, norms after the
+sub-layers, a parallel residual with partial rotary, fused maps, soft-capping with local/global layers).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attndyn.models.architectures import FAMILIES, default_twin_layers, family_table, twin_refusal
+from attndyn.models.bert import CheckpointError
+from attndyn.models.decoder import _norm, forward
+from attndyn.models.decoder_files import load_decoder
+
+transformers = pytest.importorskip("transformers")
+
+IDS = [5, 17, 3, 60, 42, 42, 1, 33, 23, 9, 51]
+COMMON = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+}
+ROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
+CONFIGS = {
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        COMMON | ROPE | {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2, "head_dim": 8}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2}),
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        COMMON | {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}, "use_parallel_residual": True},
+    ),
+    "phi3": (
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        COMMON
+        | {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5},
+            "num_key_value_heads": 2,
+            "sliding_window": 4,
+        },
+    ),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        COMMON
+        | ROPE
+        | {
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "query_pre_attn_scalar": 12,
+            "sliding_window": 4,
+            "attn_logit_softcapping": 2.0,
+            "final_logit_softcapping": 3.0,
+        },
+    ),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2}),
+    # biases on the attention maps: read by the registry's reader (the llama folder reader has none)
+    "llama+attention_bias": ("LlamaConfig", "LlamaForCausalLM", COMMON | ROPE | {"num_key_value_heads": 2, "attention_bias": True}),
+}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def tiny(family: str, tmp_path, *, seed: int = 0, **override):
+    """A random model of ``family`` (float32 weights, norms and biases away from 1 and 0), saved as a folder; the model in float64."""
+    config_cls, model_cls, kwargs = CONFIGS[family]
+    kwargs = kwargs | override
+    torch.manual_seed(seed)
+    # initializer_range 0.2, not 0.02: scores of order one, so that the attention is far from uniform and soft-capping bites
+    config = getattr(transformers, config_cls)(
+        **kwargs, initializer_range=0.2, attn_implementation="eager", bos_token_id=1, eos_token_id=2, pad_token_id=0
+    )
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_((0.0 if family == "gemma2" else 1.0) + 0.3 * torch.randn_like(p))  # Gemma stores w of 1 + w
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    folder = tmp_path / f"tiny-{family}"
+    model.save_pretrained(folder, safe_serialization=True)
+    return model.double(), folder
+
+
+def exact_reference(model):
+    """transformers' float32 islands in float64: RoPE angles, RMSNorm (Gemma's 1 + w), Gemma's sqrt(d)."""
+    base = float(model.config.rope_parameters["rope_theta"])
+    for module in model.modules():
+        cls = type(module).__name__
+        if cls.endswith("RotaryEmbedding"):
+            dim = 2 * module.inv_freq.numel()
+            inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+            def exact(x, position_ids, inv=inv):
+                angles = position_ids[..., None].double() * inv
+                angles = torch.cat([angles, angles], dim=-1)
+                return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+            module.forward = exact
+        elif cls.endswith("RMSNorm"):
+            gemma = cls.startswith("Gemma")
+
+            def norm(x, module=module, gemma=gemma):
+                eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+                y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+                return y * (1.0 + module.weight) if gemma else module.weight * y
+
+            module.forward = norm
+        elif cls.endswith("ScaledWordEmbedding"):
+            module.embed_scale = torch.tensor(module.embedding_dim**0.5, dtype=torch.float64)
+    return model
+
+
+def reference(model, ids):
+    softmax = torch.nn.functional.softmax
+
+    def softmax64(x, dim=None, _stacklevel=3, dtype=None):  # its attention softmax is float32 too
+        return softmax(x, dim=dim, dtype=torch.float64 if dtype == torch.float32 else dtype)
+
+    torch.nn.functional.softmax = softmax64
+    try:
+        with torch.no_grad():
+            return model(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+    finally:
+        torch.nn.functional.softmax = softmax
+
+
+def differences(dec, ours, ref) -> dict[str, float]:
+    """Largest relative difference of each layer's residual (the last through the final norm), and the
+    largest absolute difference of the attention maps and (relative) of the logits."""
+    L = len(ref.attentions)
+    hid = []
+    for k in range(L + 1):
+        mine = ours.hidden[k] if k < L else _norm(dec, ours.hidden[k], dec.norm.double(), None if dec.norm_bias is None else dec.norm_bias.double())
+        want = ref.hidden_states[k][0]
+        hid.append(float((mine - want).norm() / want.norm()))
+    att = max(float((ours.attentions[k] - ref.attentions[k][0]).abs().max()) for k in range(L))
+    logits = float((ours.logits - ref.logits[0]).abs().max() / ref.logits.abs().max())
+    return {"hidden": max(hid), "attention": att, "logits": logits}
+
+
+MEASURED: dict[str, dict[str, float]] = {}
+
+
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_family_folder_equals_transformers_in_float64(tmp_path, family):
+    model, folder = tiny(family, tmp_path)
+    dec = load_decoder(folder)
+    assert dec.arch == family.split("+")[0]
+    ours = forward(dec, IDS, dtype=torch.float64)
+    d = differences(dec, ours, reference(exact_reference(model), IDS))
+    MEASURED[family] = d
+    print(f"\n{family}: largest difference to transformers {d}")
+    assert max(d.values()) < 1e-10, f"{family}: {d}"
+
+
+def test_the_configs_switch_on_what_makes_each_family_different(tmp_path):
+    """The oracle above is only as good as what it exercises: sliding windows shorter than the prompt,
+    partial rotary, parallel residual, soft-capping, biases, QK-norm and norms after the sub-layers are on."""
+    decs = {f: load_decoder(tiny(f, tmp_path)[1]) for f in ("qwen2", "mistral", "gemma2", "gpt_neox", "phi3", "olmo2", "qwen3")}
+    assert decs["qwen2"].windows == (None, 4)
+    assert decs["qwen2"].layers[0].b_q is not None
+    assert decs["mistral"].windows == (4, 4)
+    assert decs["gemma2"].windows == (4, None)
+    assert decs["gemma2"].attn_softcap == 2.0
+    assert decs["gemma2"].attn_scale == 12**-0.5
+    assert decs["gpt_neox"].parallel_residual
+    assert decs["gpt_neox"].rotary_dim == 4
+    assert decs["phi3"].rotary_dim == 4
+    assert decs["phi3"].windows == (4, 4)
+    assert not decs["olmo2"].pre_norm
+    assert decs["olmo2"].qk_norm_full
+    assert decs["qwen3"].layers[1].q_norm.shape == (8,)
+    assert len(IDS) > 4
+
+
+def test_from_transformers_reads_the_live_model_in_place(tmp_path):
+    """A loaded PreTrainedModel: the same numbers as its folder, its parameters read without a copy."""
+    model, folder = tiny("qwen2", tmp_path)
+    import attndyn.models
+
+    live = attndyn.models.from_transformers(model)
+    assert live.layers[0].W_o.data_ptr() == model.model.layers[0].self_attn.o_proj.weight.data_ptr()
+    a, b = forward(live, IDS), forward(load_decoder(folder), IDS)
+    assert float((a.hidden - b.hidden).abs().max()) == 0.0
+    assert float((a.attentions - b.attentions).abs().max()) == 0.0
+    assert live.windows == (None, 4)
+
+
+def test_unknown_architectures_are_refused_naming_them_and_the_supported_ones(tmp_path):
+    from attndyn.app.cli import entry
+
+    _, folder = tiny("llama", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "mamba"}))
+    with pytest.raises(CheckpointError, match=r"'mamba'.*qwen2.*gpt_neox.*bert"):
+        load_decoder(folder)
+    assert entry(["checkpoint", str(folder), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_twin_refusals_and_default_layers_follow_the_model():
+    assert default_twin_layers(1) == ()
+    assert default_twin_layers(2) == (0,)
+    assert default_twin_layers(30) == (0, 7, 15, 22, 28)
+    assert all(0 <= k < L - 1 for L in range(1, 40) for k in default_twin_layers(L))
+    offered = {name for name, f in FAMILIES.items() if f.kind == "decoder" and f.twin is None}
+    assert offered == {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"}
+
+
+def test_twin_refusal_of_a_read_decoder(tmp_path):
+    assert twin_refusal(load_decoder(tiny("gpt_neox", tmp_path)[1])) is not None
+    assert twin_refusal(load_decoder(tiny("mistral", tmp_path)[1])) is None
+
+
+def test_checkpoint_on_a_two_layer_llama_folder_uses_defaults_that_fit(tmp_path):
+    """`attndyn checkpoint` on a 2-layer model exited 2 on its own default twin layers (1 is not in 0..0)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from attndyn.app.cli import entry
+
+    _, folder = tiny("llama", tmp_path)
+    words = "the cat sat on a mat and looked at birds in an old garden while rain fell".split()
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text(" ".join(words) + "\n\n" + " ".join(reversed(words)) + "\n")
+    out = tmp_path / "page"
+    assert entry(["checkpoint", str(folder), "--prompts", str(prompts), "--out", str(out)]) == 0
+    record = json.loads((out / "decoder.json").read_text())
+    assert {t["layer"] for t in record["twin"]} == {0}
+
+
+def _word_tokenizer(folder):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = "the cat sat on a mat and looked at birds in an old garden while rain fell".split()
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    return [" ".join(words), " ".join(reversed(words))]
+
+
+@pytest.mark.parametrize(("family", "twins"), [("phi3", 1), ("olmo2", 0), ("gpt_neox", 0)])
+def test_the_decoder_page_reads_the_new_families(tmp_path, family, twins):
+    """Partial rotary in the twin's RoPE step (Phi-3), QK-norm over all heads in the head table (OLMo-2),
+    and a family the twin refuses, in one line, when asked (GPT-NeoX's parallel residual)."""
+    from attndyn.app.decoder_page import decoder_report
+
+    _, folder = tiny(family, tmp_path)
+    prompts = _word_tokenizer(folder)
+    record = decoder_report(str(folder), prompts=prompts, out=tmp_path / "page", dtype=torch.float64)
+    assert len(record["twin"]) == twins  # one summary a twin layer: layer 0 of 2, or none
+    assert sum(record["regime_counts"].values()) == 2 * 4
+    if family == "gpt_neox":
+        with pytest.raises(CheckpointError, match="parallel residual"):
+            decoder_report(str(folder), prompts=prompts, out=tmp_path / "page2", twin_layers=(0,), dtype=torch.float64)
+
+
+def test_the_guide_holds_the_registry_s_table():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "guide" / "trained-models.md").read_text()
+    start, end = "<!-- families-table: generated by attndyn.models.architectures.family_table() -->\n", "\n<!-- /families-table -->"
+    assert page[page.index(start) + len(start) : page.index(end)] == family_table()
+    assert "| qwen2 | qwen2 |" in family_table()
+
+
+def test_a_sharded_bfloat16_folder_reads_as_the_model_rounded_to_bfloat16(tmp_path):
+    """Sharded safetensors in bfloat16 (how real checkpoints ship): the reader joins the shards and widens
+    bfloat16 exactly, so the decoder equals transformers' model rounded to bfloat16 and run in float64."""
+    model, _ = tiny("qwen3", tmp_path)
+    folder = tmp_path / "sharded"
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True, max_shard_size="20KB")
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    model = model.double()
+    d = differences(dec := load_decoder(folder), forward(dec, IDS), reference(exact_reference(model), IDS))
+    assert max(d.values()) < 1e-10, d
+
+
+def test_qwen2_configs_without_layer_types_take_local_layers_from_max_window_layers(tmp_path):
+    _, folder = tiny("qwen2", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("layer_types")
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_decoder(folder).windows == (None, 4)
+    (folder / "config.json").write_text(json.dumps(config | {"use_sliding_window": False}))
+    assert load_decoder(folder).windows is None
+
+
+@pytest.mark.parametrize(
+    ("family", "change", "match"),
+    [
+        ("qwen2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0}}, "yarn"),
+        ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 500.0}}, "longrope"),
+        ("gemma2", {"hidden_activation": "relu"}, "hidden_activation 'relu'"),
+        ("mistral", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ("llama", {"mlp_bias": True}, "mlp_bias"),
+        ("gpt_neox", {"hidden_act": "relu"}, "hidden_act 'relu'"),
+        ("qwen3", {"num_hidden_layers": 3}, "model.layers.2"),
+    ],
+)
+def test_options_the_forward_pass_lacks_are_refused_naming_them(tmp_path, family, change, match):
+    _, folder = tiny(family, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | change))
+    with pytest.raises(CheckpointError, match=match):
+        load_decoder(folder)
+
+
+@pytest.mark.parametrize("family", [*CONFIGS, "gpt2"])
+def test_from_transformers_equals_the_folder_for_every_family(tmp_path, family):
+    import attndyn.models
+
+    if family == "gpt2":
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4, attn_implementation="eager")
+        model = transformers.GPT2LMHeadModel(config).eval()
+        folder = tmp_path / "gpt2"
+        model.save_pretrained(folder, safe_serialization=True)
+        model = model.double()
+    else:
+        model, folder = tiny(family, tmp_path)
+    a, b = forward(attndyn.models.from_transformers(model), IDS), forward(load_decoder(folder), IDS)
+    assert float((a.hidden - b.hidden).abs().max()) < 1e-12 * float(b.hidden.abs().max())
+    assert float((a.attentions - b.attentions).abs().max()) < 1e-12
+    assert float((a.logits - b.logits).abs().max()) < 1e-12 * float(b.logits.abs().max())
+
+
+def write_gguf(model, path, arch):
+    """The tiny model as llama.cpp's converter writes a NEOX-RoPE family (no query/key reordering): F32 tensors, GGUF names."""
+    gguf = pytest.importorskip("gguf")
+    from attndyn.models.architectures import gguf_name
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads)
+    w.add_value_length(cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_context_length(cfg.max_position_embeddings)
+    for name, t in model.state_dict().items():
+        g = gguf_name(name)
+        assert g is not None, name
+        w.add_tensor(g, np.ascontiguousarray(t.float().numpy()))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_family_gguf_equals_transformers_in_float64(tmp_path, monkeypatch, family):
+    """A GGUF file of the tiny model, named as llama.cpp names it (transformers' own GGUF loader reads the
+    same file back to the same model, which checks the names), read by attndyn: within 1e-10."""
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    model, _ = tiny(family, tmp_path, use_sliding_window=False)  # GGUF files of Qwen carry no sliding window (llama.cpp has none)
+    path = tmp_path / f"{family}.gguf"
+    write_gguf(model, path, family)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=path.name, dtype=torch.float32, vocab_size=64, **({"head_dim": 8} if family == "qwen3" else {})
+    ).eval()  # its GGUF loader takes neither from the file
+    for name, t in theirs.state_dict().items():
+        np.testing.assert_array_equal(t.numpy(), model.state_dict()[name].float().numpy(), err_msg=name)
+    dec = load_decoder(path)
+    assert dec.arch == family
+    d = differences(dec, forward(dec, IDS), reference(exact_reference(model), IDS))
+    print(f"\n{family} (GGUF): largest difference to transformers {d}")
+    assert max(d.values()) < 1e-10, d
+
+
+def test_from_transformers_reads_a_live_gemma3_as_its_folder_reader_does(tmp_path):
+    """Gemma 3's folder reader is checked against transformers in test_gemma3; the live path goes through the
+    registry's reader (1 + w norms, QK-norm, a RoPE base per layer type, local/global windows): the same numbers."""
+    import attndyn.models
+
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, query_pre_attn_scalar=8, sliding_window=4, max_position_embeddings=64, sliding_window_pattern=2,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.normal_(0.0, 0.3)
+    folder = tmp_path / "gemma3"
+    model.save_pretrained(folder, safe_serialization=True)
+    live, files = attndyn.models.from_transformers(model.double()), load_decoder(folder)
+    assert (live.windows, live.rope_bases) == (files.windows, files.rope_bases)
+    a, b = forward(live, IDS), forward(files, IDS)
+    assert float((a.hidden - b.hidden).abs().max()) < 1e-12 * float(b.hidden.abs().max())
+    assert float((a.attentions - b.attentions).abs().max()) < 1e-12
