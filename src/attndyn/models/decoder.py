@@ -146,7 +146,8 @@ class Decoder:
         hd = as_int(self.head_dim, where, "head dimension", 1, MAX_WIDTH)
         if H % KV:
             raise ModelFileError(f"{where}: {H} query heads do not split into {KV} key/value groups")
-        as_real(self.eps, where, "the norm epsilon", 0.0, 1.0)
+        if self.eps != 0.0:  # 0: the exact projection an analysis may ask for (files are held to (0, 1] where they are read)
+            as_real(self.eps, where, "the norm epsilon", 0.0, 1.0)
         as_real(self.embed_scale, where, "embed_scale")
         if not self.layers:
             raise ModelFileError(f"{where}: the model has no layers")
