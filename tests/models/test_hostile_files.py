@@ -437,7 +437,6 @@ CASES = [
     ("llama-eps-string", "hf config", "llama", config(rms_norm_eps="1e-5"), "rms_norm_eps"),
     ("llama-rope-inf", "hf config (silent)", "llama", config(rope_theta=1e400), "rope_theta"),
     ("llama-rope-scaled", "hf config (silent)", "llama", config(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_type"),
-    ("llama-attention-bias", "hf config (silent)", "llama", config(attention_bias=True), "attention_bias"),
     ("llama-vocab-mismatch", "hf tensors", "llama", config(vocab_size=V + 1), "model.embed_tokens.weight"),
     ("llama-config-list", "hf config", "llama", after(lambda c: (c.path / "config.json").write_text("[1, 2]")), "config.json"),
     ("llama-head-wrong-shape", "hf tensors (silent)", "llama", tensor("lm_head.weight", _wrong((10, D))), "lm_head.weight"),
@@ -525,15 +524,15 @@ def test_the_table_covers_every_category():
 
 
 def test_a_prompt_too_large_for_the_memory_is_refused_before_the_forward_pass(tmp_path, monkeypatch):
+    from attndyn.core import reading
     from attndyn.models import decoder as decoder_module
     from attndyn.models.decoder_files import load_decoder
-    from attndyn.workflow import setup
 
     dec = load_decoder(Ctx("llama", tmp_path).build())
-    monkeypatch.setattr(setup, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(reading, "available_memory", lambda: 10_000)
     with pytest.raises(decoder_module.PromptError, match="GiB"):
         decoder_module.forward(dec, [1, 2, 3, 4, 5, 6, 7, 8])
-    monkeypatch.setattr(setup, "available_memory", lambda: 10**9)
+    monkeypatch.setattr(reading, "available_memory", lambda: 10**9)
     assert decoder_module.forward(dec, [1, 2, 3]).logits.shape == (3, V)
 
 

@@ -40,7 +40,7 @@ from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
 from attndyn.models.architectures import default_twin_layers, twin_refusal
 from attndyn.models.bert import CheckpointError
-from attndyn.models.decoder import forward
+from attndyn.models.decoder import Decoder, forward
 from attndyn.models.decoder_files import load_decoder
 from attndyn.workflow import ownership
 from attndyn.workflow.files import atomic_write_text, write_json
@@ -63,7 +63,9 @@ def _csv(rows: list[dict]) -> str:
 def describe_file(name: str, source: str) -> dict:
     """The file, its quantisation and whether it is an instruction-tuned model, from the file's name
     (and the model's internal name): ``{"file", "quantisation", "tuning"}``."""
-    file = Path(source).name
+    from attndyn.models.file_checks import display_name
+
+    file = display_name(Path(source).name)  # a file name can carry controls and bidirectional overrides too
     m = QUANT.search(file) or QUANT.search(name)
     text = f"{file} {name}".lower()
     tuned = "instruct" in text or re.search(r"(?<![a-z])it(?![a-z])", text) is not None
@@ -82,11 +84,13 @@ def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0) -> dict:
     }
 
 
-def prompt_set_study(dec, texts: list[str], *, dtype, clusters: bool, pool: str) -> tuple[list, dict, dict]:
+def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False) -> tuple[list, dict, dict]:
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
-    intervals and nulls) and the set's summary (Sink_1^eps, the sentences)."""
+    intervals and nulls) and the set's summary (Sink_1^eps, the sentences). With ``cut`` (the shipped
+    prompts, a default that must fit the model read) a prompt longer than the context is cut to it; a
+    prompt the user gave is refused instead (``forward``'s PromptError names the context)."""
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
-    ids = [dec.encode(t)[:context] for t in texts]  # a prompt longer than the context is cut to it
+    ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
     fws = [forward(dec, i, dtype=dtype) for i in ids]
     values = geo.layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
@@ -221,11 +225,11 @@ def decoder_report(
     prompt_set = prompt_set or ("the shipped prompts" if shipped else "the given prompts")
     step(f"forward passes and token geometry of {len(prompts)} prompts and their three nulls")
     pool = f"{prompt_set} ({len(prompts)})"
-    fws, layers, study = prompt_set_study(dec, prompts, dtype=dtype, clusters=True, pool=pool)
+    fws, layers, study = prompt_set_study(dec, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped)
     held_study = None
     if held:
         step(f"the held-out set: {len(held)} prompts and their nulls")
-        _, held_layers, held_study = prompt_set_study(dec, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})")
+        _, held_layers, held_study = prompt_set_study(dec, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped)
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
     step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins")
     heads = geo.head_table(dec)
@@ -323,7 +327,7 @@ def decoder_report(
     return record
 
 
-def attention_figure(P: np.ndarray, layer: int, head: int, file: str, tol: float = 1e-4):
+def attention_figure(P: np.ndarray, layer: int, head: int, file: str, tol: float = 1e-4) -> object:
     """One head's attention on prompt 0, titled with the layer, the head and the matrix's numerical rank."""
     from attndyn.workflow import plots
 

@@ -23,7 +23,7 @@ CLAIM = ClaimInfo(
         "to 3e-12 over the run (3x its discretisation error: Dopri5 at rtol 1e-10, and spectral truncation R(T)^{M/3} < 1e-15); "
         "(ii) particles from stratified starts (the density's quantiles at (j + U)/n, one uniform shift U per system, so the start "
         "is exact to O(1/n)) have a mean R_n(t) over systems within its standard error of R(t) at every save. Reported, not "
-        "judged: particles drawn i.i.d. from the density approach R(t) at rate n^{-1/2} (SPEC); the fitted exponent of the "
+        "judged: particles drawn i.i.d. from the density approach R(t) at rate n^{-1/2} (the central limit theorem); the fitted exponent of the "
         "root-mean-square (over systems) of sup_t |R_n(t) - R(t)| against n (a band on one fitted slope is not derived)."
     ),
     hypotheses="beta = 0, R0 = 0.3, t in [0, 3]; mean field on M = 512 points; particles RK4 dt = 0.1, many systems per n (fewer for large n).",
@@ -103,11 +103,11 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     }
     err = errors(arrays, config)
     slope = circle.loglog_slope(arrays["ns"], err) if len(err) >= 2 else float("nan")
-    # reported, not judged: the n^{-1/2} law is SPEC's, but a band on one fitted slope is not derived
+    # reported, not judged: the n^{-1/2} law is the central limit theorem's, but a band on one fitted slope is not derived
     # from it (the slope's sampling spread is not known in closed form; [-0.6, -0.4] failed correct
     # dynamics at seeds 14 and 18 at quick size); the stratified check below carries the verdict
     checks["particles: fitted exponent p of the RMS error ~ n^p"] = report(
-        slope, f"SPEC: -1/2; RMS errors {np.round(err, 5).tolist()} (not judged: the band on one slope is not derived)"
+        slope, f"expected -1/2; RMS errors {np.round(err, 5).tolist()} (not judged: the band on one slope is not derived)"
     )
     z, cases, dof = [], [], 1
     for n in arrays["stratified_ns"]:

@@ -13,7 +13,7 @@ figures. Imports :mod:`attndyn.core` and :mod:`attndyn.analysis`.
 """
 
 
-def from_transformers(model, tokenizer=None):
+def from_transformers(model: object, tokenizer: object = None) -> object:
     """A loaded ``transformers`` causal LM as a :class:`~attndyn.models.decoder.Decoder`, its parameters read in
     place (see :func:`attndyn.models.architectures.from_transformers`)."""
     from attndyn.models.architectures import from_transformers as read

@@ -241,7 +241,7 @@ def read_folder(folder: str | Path) -> Decoder:
     return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=decoder_files._folder_tokenizer(folder))
 
 
-def from_transformers(model, tokenizer=None) -> Decoder:
+def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     """A loaded ``transformers`` causal LM (``PreTrainedModel``) as a :class:`Decoder`, reading its
     parameters in place (no copy: the forward pass casts one layer at a time). ``tokenizer``: a
     ``transformers`` fast tokenizer or a ``tokenizers.Tokenizer`` (its backend is kept)."""
@@ -283,7 +283,7 @@ def _rope(config: dict, where: str) -> tuple[float, float, dict | None]:
     return float(base), float(fraction if fraction is not None else 1.0), per_type
 
 
-def read_hf_family(fam: Family, config: dict, get: Callable[[str], torch.Tensor | None], *, name: str, source: str, tokenizer) -> Decoder:
+def read_hf_family(fam: Family, config: dict, get: Callable[[str], torch.Tensor | None], *, name: str, source: str, tokenizer: object) -> Decoder:
     """The decoder of family ``fam`` from its Hugging Face config and a tensor getter (None when absent)."""
     where = f"{source}: "
 
@@ -519,7 +519,7 @@ def gguf_name(hf: str) -> str | None:
     return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
 
 
-def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer) -> Decoder:
+def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object) -> Decoder:
     """A GGUF file of a registry family other than llama and gemma3 (Qwen2, Qwen3), from its dequantized
     tensors and metadata: llama.cpp writes these with NEOX RoPE, so no query/key reordering is undone."""
     fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")

@@ -31,7 +31,9 @@ LEVEL = 0.95
 INIT_STD = 0.02  # initializer_range of LlamaConfig, Gemma3TextConfig and GPT2Config
 
 
-def bootstrap_interval(values, *, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_interval(
+    values: np.ndarray | list, *, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of the mean of ``values`` over axis 0 (prompts): the percentile bootstrap interval."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim == 0 or x.shape[0] == 0:
@@ -43,7 +45,7 @@ def bootstrap_interval(values, *, level: float = LEVEL, resamples: int = BOOTSTR
     return np.quantile(means, a, axis=0), np.quantile(means, 1 - a, axis=0)
 
 
-def paired_difference(a, b, **kw) -> dict:
+def paired_difference(a: np.ndarray | list, b: np.ndarray | list, **kw: object) -> dict:
     """The mean of ``a - b`` over prompts (axis 0) and its bootstrap interval (pairs resampled together)."""
     diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     lo, hi = bootstrap_interval(diff, **kw)
@@ -117,7 +119,7 @@ def _ranges(layers: list[int]) -> str:
     return ", ".join(out)
 
 
-def comparison_sentence(metric: str, null: str, layers, diff: dict, *, pool: str) -> str:
+def comparison_sentence(metric: str, null: str, layers: list[int], diff: dict, *, pool: str) -> str:
     """One sentence: at which layers ``metric`` of the network exceeds / falls below ``null`` (the interval
     of the paired difference excludes zero) and where it cannot be told apart from it."""
     layers = list(layers)

@@ -8,7 +8,7 @@ Contract
   ``V = W_o,h W_v,g diag(w) sqrt(d)``, and beta = 1/sqrt(hd) is then the inverse temperature at the
   tokens' actual norm (Gemma's per-head query/key norm weights scale Q and K; its per-head
   normalisation itself is not linear and is left out).
-* ``deciding_quantities(...)``: Def. 4.1's quantities (SPEC §2.4) by modulus: the eigenvalue of V of
+* ``deciding_quantities(...)``: Def. 4.1's quantities (arXiv 2305.05465 §4) by modulus: the eigenvalue of V of
   largest modulus ``lambda_1`` (its real part and imaginary part over its modulus), the relative
   modulus gap to the next eigenvalue (0: not simple or a complex pair), and the cosine of
   ``<Q phi_1, K phi_1>`` (phi_1 the right eigenvector, as :func:`attndyn.analysis.spectra.regime`

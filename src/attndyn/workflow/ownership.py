@@ -134,6 +134,12 @@ def _recorded(path: Path) -> str | None:
     key = os.path.abspath(path)
     if key in _WRITTEN:
         return _WRITTEN[key]
+    return _marked(path)
+
+
+def _marked(path: Path) -> str | None:
+    """The hash the folder's marker records for ``path`` (None without one)."""
+    key = os.path.abspath(path)
     owner = _no_links_below_owner(path)
     if owner is None:
         return None
@@ -156,7 +162,8 @@ def release(path: str | Path, recorded: str | None = None) -> None:
         return
     if os.path.islink(path):
         raise OwnershipError(f"{path} is a symbolic link that attndyn did not write; move it away or name another folder")
-    recorded = recorded if recorded is not None else _recorded(path)
+    given = recorded is not None
+    recorded = recorded if given else _recorded(path)
     if recorded is None:
         raise OwnershipError(f"{path} exists and was not written by attndyn; move it away or name another folder")
     if recorded == LIVE:
@@ -165,7 +172,9 @@ def release(path: str | Path, recorded: str | None = None) -> None:
         if path.is_dir() and not any(path.iterdir()):
             return
         raise OwnershipError(f"{path} is a folder that holds files attndyn did not record; move it away or name another folder")
-    if digest(path) != recorded:
+    if digest(path) != recorded and (given or digest(path) != _marked(path)):
+        # without a given hash, the marker's counts too: another attndyn process may have rewritten the
+        # file (and its marker) since this process wrote it
         raise OwnershipError(f"{path} was changed since attndyn wrote it; move it away or name another folder")
 
 
