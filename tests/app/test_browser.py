@@ -29,10 +29,16 @@ CLAIMS = ["model-equivalence", "leaders", "hardmax", "long-context", "high-dimen
 
 @pytest.fixture(scope="module")
 def claims_report(tmp_path_factory) -> Path:
+    from attndyn.workflow import ownership
+
     out = tmp_path_factory.mktemp("report")
+    owner = ownership.claim(out, "report", "attndyn reproduce")  # as reproduce does: `attndyn report` adopts only what attndyn wrote
+    owner.mkdir("runs")
     for cid in CLAIMS:
         run_claim(cid, load(cid), out / "runs" / cid, seed=0, quick=True, config=tiny_config(cid))
+    owner.add("runs", *(f"runs/{cid}" for cid in CLAIMS))
     report.build(out, list(EXPERIMENTS))
+    owner.add("index.html", "results.json")
     return out
 
 

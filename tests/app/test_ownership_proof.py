@@ -334,6 +334,8 @@ def test_ownership_case(case, pristine, tmp_path, monkeypatch, capsys):
     (home / ".bashrc").write_text("export X=1\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mplconfig"))
+    # no preview: a system Chromium writes its profile under $HOME, which the cases hash as a foreign tree
+    monkeypatch.setenv("ATTNDYN_CHROMIUM", str(tmp_path / "no-chromium"))
     monkeypatch.chdir(tmp_path)
     ctx = Ctx(tmp_path / "w", pristine, monkeypatch)
     ctx.root.mkdir()
