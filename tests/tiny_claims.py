@@ -43,7 +43,7 @@ TINY = {
     "phase-diagram": {"ds": [8, 64], "betas": [1.0, 2.0, 3.0, 4.0, 5.0], "systems": 12, "orthogonal_betas": [4.0]},
     "normalization": {"random_d": 16, "random_n": 8, "random_T": 2.0},
     "metastability": {"betas": [30.0, 60.0], "saves": 150, "pair_beta": 100.0, "usa_betas": [500.0, 1000.0]},
-    "noisy": {"n": 32, "seeds": 2, "window": 4.0, "kappas": [1.0, 4.0]},
+    "noisy": dict(load("noisy").QUICK),  # the quick size: the power (kappa off by 10 %) is stated there
     "trained-spectra": {},
     "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},
     "gaussian-mean-field": {"n": 1024, "seeds": 32, "dt": 0.125},  # the quick size: the 2 % power is stated there

@@ -141,6 +141,13 @@ SENSITIVITY = {
         ({"coupling": 0.7}, {}, ["stratified particles"]),
     ],
     LC: [({"beta_factor": 1 + 1e-9}, {}, ["dense attention", "fused attention"])],
+    # at the quick size (TINY["noisy"] is noisy.QUICK): kappa off by 10 % either way, and the noise's factor 2 dropped
+    # (sqrt(1 / kappa) dW, the dynamics at 2 kappa), which also moves the floor below the threshold
+    "noisy": [
+        ({"kappa_factor": 1.1}, {}, ["above the threshold"]),
+        ({"kappa_factor": 1 / 1.1}, {}, ["above the threshold"]),
+        ({"kappa_factor": 2.0}, {}, ["above the threshold", "below the threshold (kappa < 2)"]),
+    ],
     GMF: [
         ({"softmax_beta_factor": 0.98}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
         ({"softmax_beta_factor": 1.02}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
