@@ -616,6 +616,7 @@ FUNCTION_OF = {
     "causal-position-bias": "test_causal_position_bias_checks_fail_on_violations",
     "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
     "sinks": "test_sinks_checks_fail_on_violations",
+    "noisy": "test_noisy_checks_fail_on_violations",
 }
 
 
@@ -1029,3 +1030,20 @@ def test_sinks_checks_fail_on_violations():
         moved[flow] = judged(cid, a)
     assert failing(moved["softmax"], "softmax: the sink never moves")
     assert failing(moved["unnormalized"], "USA: the sink never moves")
+
+
+def test_noisy_checks_fail_on_violations():
+    """Issue 33, finding 9: the order parameter is judged against the n-particle Gibbs law above and below the threshold.
+
+    A violation moves both runs (dt and dt / 2) alike: one that moved only the dt / 2 run would be read as step error.
+    """
+    cid = "noisy"
+    kappas = list(tiny_result(cid).arrays["kappas"])
+    a = copy_arrays(cid)
+    k = kappas.index(6.0)
+    a[f"R{k}"], a[f"R_half{k}"] = a[f"R{k}"] + 0.01, a[f"R_half{k}"] + 0.01  # kappa = 6 read 0.01 high (budget about 0.004)
+    assert failing(judged(cid, a), "above the threshold (kappa > 2)")
+    a = copy_arrays(cid)
+    k = kappas.index(1.5)
+    a[f"R{k}"], a[f"R_half{k}"] = a[f"R{k}"] * 1.5, a[f"R_half{k}"] * 1.5  # the floor read 1.5x, as the old quick size did
+    assert failing(judged(cid, a), "below the threshold (kappa < 2)")
