@@ -150,9 +150,15 @@ def gguf_spec(arch: str) -> dict:
         f"{arch}.attention.key_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.feed_forward_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.rope.freq_base": Real(above=1.0, required=False, default=10000.0),
-        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0),
+        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=arch != "gptneox"),
+        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=arch == "gptneox"),  # LayerNorm (GPT-NeoX)
+        f"{arch}.rope.dimension_count": Int(2, MAX_WIDTH, required=False),  # partial rotary (GPT-NeoX, Phi-3)
+        f"{arch}.use_parallel_residual": Flag(default=True),  # GPT-NeoX
+        f"{arch}.attn_logit_softcapping": Real(above=0.0, required=False),  # Gemma 2
+        f"{arch}.final_logit_softcapping": Real(above=0.0, required=False),
+        f"{arch}.attention.scale": Real(above=0.0, required=False),
         f"{arch}.context_length": Int(1, MAX_CONTEXT, required=False),
-        f"{arch}.attention.sliding_window": Int(1, MAX_CONTEXT, required=False),
+        f"{arch}.attention.sliding_window": Int(0, MAX_CONTEXT, required=False),  # 0: none (llama.cpp's Phi-3 converter)
         "general.name": Text(),
         "tokenizer.ggml.bos_token_id": Int(0, MAX_VOCAB, required=False),
     }
@@ -209,9 +215,14 @@ def _gguf_meta(reader, path: Path) -> dict:
         "head_dim": hd,
         "ffn": v[f"{arch}.feed_forward_length"],
         "rope_base": v[f"{arch}.rope.freq_base"],
-        "eps": v[f"{arch}.attention.layer_norm_rms_epsilon"],
+        "eps": v[f"{arch}.attention.layer_norm_epsilon" if arch == "gptneox" else f"{arch}.attention.layer_norm_rms_epsilon"],
+        "rope_dims": v[f"{arch}.rope.dimension_count"],
+        "parallel_residual": v[f"{arch}.use_parallel_residual"],
+        "attn_softcap": v[f"{arch}.attn_logit_softcapping"],
+        "final_softcap": v[f"{arch}.final_logit_softcapping"],
+        "attn_scale": v[f"{arch}.attention.scale"],
         "name": fc.display_name(v["general.name"] or path.stem),
-        "window": v[f"{arch}.attention.sliding_window"],
+        "window": v[f"{arch}.attention.sliding_window"] or None,
         "context": v[f"{arch}.context_length"],
         "bos": -1 if v["tokenizer.ggml.bos_token_id"] is None else v["tokenizer.ggml.bos_token_id"],
     }
@@ -253,6 +264,12 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         per_layer |= {"attn_q_norm": (hd,), "attn_k_norm": (hd,)}
     if meta["arch"] == "qwen2":
         per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
+    per_layer = _family_gguf_layers(meta["arch"], per_layer, H=H, KV=KV, d=d, hd=hd, f=f)
+    if meta["arch"] == "gptneox":
+        shapes["output_norm.bias"] = (d,)
+    scaled = sorted(n for n in found if n.startswith(("rope_factors", "rope_freqs")) or n.endswith("rope_freqs.weight"))
+    if scaled:
+        raise ModelFileError(f"{path}: the tensor {scaled[0]!r} scales RoPE, which the forward pass does not implement (only unscaled RoPE)")
     for k in range(L):
         shapes |= {f"blk.{k}.{key}" + ("" if key.endswith(".bias") else ".weight"): shape for key, shape in per_layer.items()}
     for name, shape in shapes.items():
@@ -261,6 +278,25 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         if found[name] != shape:
             raise ModelFileError(f"{path}: tensor {name!r} has shape {found[name]}, expected {shape} from the metadata")
     return shapes
+
+
+def _family_gguf_layers(arch: str, per_layer: dict, *, H: int, KV: int, d: int, hd: int, f: int) -> dict:
+    """Each layer's tensors (name: shape) of the architectures whose layers differ from llama's (the
+    table of :data:`attndyn.models.architectures.GGUF_LAYERS`, the names llama.cpp's converter writes)."""
+    if arch == "olmo2":  # norms after the sub-layers; QK-norm over all heads at once
+        drop = ("attn_norm", "ffn_norm")
+        return {k: v for k, v in per_layer.items() if k not in drop} | {
+            "post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (H * hd,), "attn_k_norm": (KV * hd,),
+        }  # fmt: skip
+    if arch == "gemma2":
+        return per_layer | {"post_attention_norm": (d,), "post_ffw_norm": (d,)}
+    if arch == "phi3":  # fused q, k, v rows; gate and up stacked in ffn_up
+        qkv = (H + 2 * KV) * hd
+        return {"attn_norm": (d,), "attn_qkv": (qkv, d), "attn_output": (d, H * hd), "ffn_norm": (d,), "ffn_up": (2 * f, d), "ffn_down": (d, f)}
+    if arch == "gptneox":  # LayerNorm, biases everywhere, fused q, k, v (llama.cpp stacks all q rows, then k, then v)
+        weights = {"attn_norm": (d,), "attn_qkv": (3 * d, d), "attn_output": (d, d), "ffn_norm": (d,), "ffn_up": (f, d), "ffn_down": (d, f)}
+        return weights | {f"{k}.bias": (shape[0],) for k, shape in weights.items()}
+    return per_layer
 
 
 def undo_rope_interleave(w: np.ndarray, n_head: int) -> np.ndarray:
