@@ -32,7 +32,7 @@ import torch
 
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import load_decoder
-from tests.models.test_families import IDS, differences, exact_reference, reference, tiny
+from tests.models.test_families import CONFIGS, IDS, differences, exact_reference, reference, tiny
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -62,8 +62,9 @@ def on_grid(model) -> None:
                 p.copy_(torch.round(p * 2**16) / 2**16)
 
 
-def write_like_llama_cpp(model, path, arch: str, *, skip: str = "") -> None:
-    """The model as convert_hf_to_gguf.py writes it (module docstring); ``skip`` leaves one change out."""
+def write_like_llama_cpp(model, path, arch: str, *, skip: str = "", tokens: list[str] | None = None, raw: dict | None = None) -> None:
+    """The model as convert_hf_to_gguf.py writes it (module docstring); ``skip`` leaves one change out;
+    ``raw``: GGUF name -> (bytes, tensor type) written in place of the model's tensor (the quantization tests)."""
     cfg = model.config
     L, H, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
     KV = getattr(cfg, "num_key_value_heads", None) or H
@@ -76,6 +77,7 @@ def write_like_llama_cpp(model, path, arch: str, *, skip: str = "") -> None:
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(H)
     rope = cfg.rope_parameters
+    rope = rope.get("full_attention", rope)  # Gemma 3: the global layers' base is the file's
     if arch == "gptneox":  # GPTNeoXModel.set_gguf_parameters
         w.add_rope_dimension_count(int(rope["partial_rotary_factor"] * hd))
         w.add_parallel_residual(cfg.use_parallel_residual)
@@ -83,24 +85,29 @@ def write_like_llama_cpp(model, path, arch: str, *, skip: str = "") -> None:
     else:
         w.add_head_count_kv(KV)
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if arch in ("llama", "olmo2", "phi3"):
+    if arch in ("llama", "olmo2", "phi3", "qwen2", "qwen3", "gemma3"):
         w.add_rope_freq_base(rope["rope_theta"])
     if arch == "llama":
         w.add_rope_dimension_count(hd)
     if arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
         w.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * d) // H)
         w.add_sliding_window(cfg.sliding_window or 0)
-    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters
+    if arch in ("gemma2", "gemma3"):  # Gemma2Model / Gemma3Model.set_gguf_parameters
         w.add_key_length(hd)
         w.add_value_length(hd)
+        w.add_sliding_window(cfg.sliding_window)
+    if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
-        w.add_sliding_window(cfg.sliding_window)
+    if tokens:  # a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"), for the command line
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_merges(["t h"])
     for name, t in model.state_dict().items():
         a = t.float().numpy()
-        if arch == "gemma2" and name == "lm_head.weight":
+        if arch in ("gemma2", "gemma3") and name == "lm_head.weight":
             continue  # dropped by the converter (tied)
-        if arch == "gemma2" and name.endswith("norm.weight") and skip != "plus_one":
+        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight") and skip != "plus_one":
             a = a + np.float32(1.0)
         if arch == "llama" and skip != "permute" and name.endswith(("q_proj.weight", "k_proj.weight")):
             a = permute(a, H if "q_proj" in name else KV)
@@ -112,6 +119,10 @@ def write_like_llama_cpp(model, path, arch: str, *, skip: str = "") -> None:
         assert g is not None, name
         if skip == "swap_post_norms":  # post_attention_norm <-> post_ffw_norm
             g = g.replace("post_attention_norm", "@").replace("post_ffw_norm", "post_attention_norm").replace("@", "post_ffw_norm")
+        if raw and g in raw:
+            data, qtype = raw[g]
+            w.add_tensor(g, data, raw_dtype=qtype)
+            continue
         w.add_tensor(g, np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -178,3 +189,69 @@ def test_each_mapping_left_out_is_seen_by_the_oracle(tmp_path, monkeypatch, fami
     dec = load_decoder(path)
     d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(exact_reference(model), IDS))
     assert max(d.values()) > 1e-3, d
+
+
+# --- attndyn checkpoint on a tiny model of each family, as a folder and as a GGUF file ---------------------
+
+WORDS = "the cat sat on a mat and looked at birds"
+PROMPTS = [WORDS, " ".join(reversed(WORDS.split()))]
+# a byte-level vocabulary of the prompts' characters: letters are themselves, the space is "Ġ"
+TOKENS = ["<unk>", "\u0120", "th", *"abcdefghijklmnopqrstuvwxyz"]
+CLI_GGUF = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"} | {f: a for f, (a, _) in GGUF_FAMILIES.items()}
+# layers, heads, key/value heads of each tiny model
+SHAPES = {f: (2, 4, 4 if f in ("gpt_neox", "gpt2") else 2) for f in CONFIGS} | {"gpt2": (2, 4, 4), "gemma3": (7, 4, 2)}
+CLI_FOLDERS = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3", "gpt_neox", "gpt2", "phi3"]
+
+
+def _cli_model(family: str, tmp_path):
+    if family == "gemma3":
+        from tests.models.test_gemma3 import tiny_gemma3
+
+        return tiny_gemma3(tmp_path)
+    if family == "gpt2":
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=32, n_layer=2, n_head=4, attn_implementation="eager")
+        folder = tmp_path / "gpt2"
+        transformers.GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
+        return None, folder
+    override = GGUF_FAMILIES.get(family, ("", {}))[1] | ({"use_sliding_window": False} if family == "qwen2" else {})
+    model, folder = tiny(family, tmp_path, **override)
+    on_grid(model)
+    return model, folder
+
+
+def _run_checkpoint(path, tmp_path) -> dict:
+    import json
+
+    from attndyn.app.cli import entry
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n\n".join(PROMPTS) + "\n")
+    out = tmp_path / "page"
+    assert entry(["checkpoint", str(path), "--prompts", str(prompts), "--out", str(out), "--regime-layers", "0"]) == 0
+    return json.loads((out / "decoder.json").read_text())
+
+
+@pytest.mark.slow  # about 7 s each: the whole page on two prompts
+@pytest.mark.parametrize("family", CLI_FOLDERS)
+def test_attndyn_checkpoint_reads_a_folder_of_each_family(tmp_path, monkeypatch, family):
+    from tests.models.test_families import _word_tokenizer
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    _, folder = _cli_model(family, tmp_path)
+    _word_tokenizer(folder)
+    record = _run_checkpoint(folder, tmp_path)
+    assert (record["layers"], record["heads"], record["kv_heads"]) == SHAPES[family]
+    assert record["quantisation"] == "safetensors"
+
+
+@pytest.mark.slow  # about 7 s each: the whole page on two prompts
+@pytest.mark.parametrize("family", list(CLI_GGUF))
+def test_attndyn_checkpoint_reads_a_gguf_file_of_each_family(tmp_path, monkeypatch, family):
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    model, _ = _cli_model(family, tmp_path)
+    path = tmp_path / f"{family}.gguf"
+    write_like_llama_cpp(model, path, CLI_GGUF[family], tokens=TOKENS)
+    record = _run_checkpoint(path, tmp_path)
+    assert (record["layers"], record["heads"], record["kv_heads"]) == SHAPES[family]
+    assert record["source"] == str(path)

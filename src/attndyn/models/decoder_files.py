@@ -228,6 +228,13 @@ def _gguf_meta(reader, path: Path) -> dict:
     }
 
 
+# the tensor types read (each dequantized by gguf.quants.dequantize; tests/models/test_gguf_quants.py checks them)
+GGUF_TYPES = (
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4",
+)  # fmt: skip
+
+
 def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
     """The NumPy shape every tensor the reader uses must have, from the metadata (and the embedding's rows,
     the vocabulary); refused before any tensor is dequantized when a tensor is missing, has another shape,
@@ -241,6 +248,10 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         dims = tuple(int(s) for s in reversed(t.shape.tolist()))
         if t.tensor_type in INTEGER_TYPES:
             raise ModelFileError(f"{path}: tensor {t.name!r} has type {t.tensor_type.name}; weights must be floating point")
+        if t.tensor_type.name not in GGUF_TYPES:
+            raise ModelFileError(
+                f"{path}: tensor {t.name!r} has type {t.tensor_type.name}, which attndyn does not read; supported: {', '.join(GGUF_TYPES)}"
+            )
         if int(t.data_offset) + int(t.n_bytes) > size:
             raise ModelFileError(f"{path}: tensor {t.name!r} ({t.n_bytes} bytes at {t.data_offset}) lies past the end of the file ({size} bytes)")
         found[t.name] = dims
