@@ -55,14 +55,22 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def on_grid(model) -> None:
-    """Norm weights on a 2^-16 grid, so that the converter's float32 ``1 + w`` (Gemma) is exact."""
+    """Norm weights on a 2^-16 grid, so that the converter's float32 ``1 + w`` (Gemma) is exact; the norms'
+    epsilons rounded to float32, as GGUF stores them (left at 1e-5 in float64, LayerNorm's epsilon alone
+    moves GPT-NeoX's residual by 4.8e-12 relative)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(torch.round(p * 2**16) / 2**16)
+    for m in model.modules():
+        for attr in ("variance_epsilon", "eps"):
+            if isinstance(getattr(m, attr, None), float):
+                setattr(m, attr, float(np.float32(getattr(m, attr))))
 
 
-def write_like_llama_cpp(model, path, arch: str, *, skip: str = "", tokens: list[str] | None = None, raw: dict | None = None) -> None:
+def write_like_llama_cpp(
+    model, path, arch: str, *, skip: str = "", tokens: list[str] | None = None, raw: dict | None = None, extra: dict | None = None
+) -> None:
     """The model as convert_hf_to_gguf.py writes it (module docstring); ``skip`` leaves one change out;
     ``raw``: GGUF name -> (bytes, tensor type) written in place of the model's tensor (the quantization tests)."""
     cfg = model.config
@@ -124,26 +132,33 @@ def write_like_llama_cpp(model, path, arch: str, *, skip: str = "", tokens: list
             w.add_tensor(g, data, raw_dtype=qtype)
             continue
         w.add_tensor(g, np.ascontiguousarray(a))
+    for name, a in (extra or {}).items():
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def tiny_gguf(family: str, tmp_path, *, skip: str = ""):
+def tiny_gguf(family: str, tmp_path, *, skip: str = "", **more):
     arch, override = GGUF_FAMILIES[family]
-    model, folder = tiny(family, tmp_path, **override)
+    model, folder = tiny(family, tmp_path, **(override | more))
     on_grid(model)
     path = tmp_path / f"{family}{'-' + skip if skip else ''}.gguf"
     write_like_llama_cpp(model, path, arch, skip=skip)
     return model, folder, path
 
 
-@pytest.mark.parametrize("family", list(GGUF_FAMILIES))
+VARIANTS = {"gpt_neox sequential": ("gpt_neox", {"use_parallel_residual": False}), "phi3 no window": ("phi3", {"sliding_window": None})}
+
+
+@pytest.mark.parametrize("family", [*GGUF_FAMILIES, *VARIANTS])
 def test_family_gguf_equals_transformers_in_float64(tmp_path, monkeypatch, family):
-    """Every layer's residual (the last through the final norm), every attention map and the logits within 1e-10."""
+    """Every layer's residual (the last through the final norm), every attention map and the logits within 1e-10;
+    also GPT-NeoX without the parallel residual, and Phi-3 without a window (the converter writes 0)."""
     monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
-    model, _, path = tiny_gguf(family, tmp_path)
+    family, more = VARIANTS.get(family, (family, {}))
+    model, _, path = tiny_gguf(family, tmp_path, **more)
     dec = load_decoder(path)
     assert dec.arch == ("llama" if family == "mistral" else family)
     d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(exact_reference(model), IDS))
@@ -165,6 +180,8 @@ def test_what_the_gguf_families_switch_on(tmp_path, monkeypatch):
     assert not decs["olmo2"].pre_norm
     assert decs["olmo2"].qk_norm_full
     assert decs["mistral"].windows is None
+    assert load_decoder(tiny_gguf("phi3", tmp_path / "w0", sliding_window=None)[2]).windows is None
+    assert not load_decoder(tiny_gguf("gpt_neox", tmp_path / "seq", use_parallel_residual=False)[2]).parallel_residual
     assert len(IDS) > 4
 
 
@@ -189,6 +206,18 @@ def test_each_mapping_left_out_is_seen_by_the_oracle(tmp_path, monkeypatch, fami
     dec = load_decoder(path)
     d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(exact_reference(model), IDS))
     assert max(d.values()) > 1e-3, d
+
+
+def test_a_gguf_file_with_scaled_rope_is_refused_naming_the_tensor(tmp_path, monkeypatch):
+    """Phi-3.5's and Phi-4-mini's files carry LongRoPE factors, Llama 3.1's rope_freqs: the forward pass has no scaled RoPE."""
+    from attndyn.models.bert import CheckpointError
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    model, _ = tiny("phi3", tmp_path)
+    path = tmp_path / "longrope.gguf"
+    write_like_llama_cpp(model, path, "phi3", extra={"rope_factors_long.weight": np.ones(2, dtype=np.float32)})
+    with pytest.raises(CheckpointError, match="'rope_factors_long.weight' scales RoPE"):
+        load_decoder(path)
 
 
 # --- attndyn checkpoint on a tiny model of each family, as a folder and as a GGUF file ---------------------

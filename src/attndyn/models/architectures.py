@@ -15,7 +15,9 @@ Contract
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
 * ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
-  ``qwen3``), its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
+  ``qwen3``, ``olmo2``, ``gemma2``, ``gptneox``, ``phi3``), its tensors renamed from llama.cpp's names
+  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is.
+  Mistral has no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
 * ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
@@ -581,7 +583,7 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
     transformers, are stored as all query rows, then key, then value rows ``(3, H, hd)``. The rest comes
     from the metadata: the rotary width (``rope.dimension_count``), the parallel residual, LayerNorm's
     epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
-    is llama.cpp's rule (``attention.scale`` when present)."""
+    is llama.cpp's rule."""
     fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
     H, d = meta["heads"], meta["d"]
     hd = meta.get("head_dim") or d // H
@@ -610,8 +612,7 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
     if fam.sliding_window != "none" and meta.get("window"):
         config["sliding_window"] = meta["window"]
     if fam.name == "gemma2":
-        scale = meta.get("attn_scale")
-        scalar = scale**-2 if scale else (d / H if meta["layers"] == GEMMA2_27B_LAYERS else hd)
+        scalar = d / H if meta["layers"] == GEMMA2_27B_LAYERS else hd
         config |= {
             "attn_logit_softcapping": meta.get("attn_softcap"),
             "final_logit_softcapping": meta.get("final_softcap"),

@@ -1,4 +1,4 @@
-"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; Qwen through ``architectures``) and Hugging Face folders, offline.
+"""Reading trained decoders from disk: GGUF files (llama and gemma3 here, the other families in ``architectures``) and HF folders, offline.
 
 Contract
 --------
@@ -156,7 +156,6 @@ def gguf_spec(arch: str) -> dict:
         f"{arch}.use_parallel_residual": Flag(default=True),  # GPT-NeoX
         f"{arch}.attn_logit_softcapping": Real(above=0.0, required=False),  # Gemma 2
         f"{arch}.final_logit_softcapping": Real(above=0.0, required=False),
-        f"{arch}.attention.scale": Real(above=0.0, required=False),
         f"{arch}.context_length": Int(1, MAX_CONTEXT, required=False),
         f"{arch}.attention.sliding_window": Int(0, MAX_CONTEXT, required=False),  # 0: none (llama.cpp's Phi-3 converter)
         "general.name": Text(),
@@ -220,7 +219,6 @@ def _gguf_meta(reader, path: Path) -> dict:
         "parallel_residual": v[f"{arch}.use_parallel_residual"],
         "attn_softcap": v[f"{arch}.attn_logit_softcapping"],
         "final_softcap": v[f"{arch}.final_logit_softcapping"],
-        "attn_scale": v[f"{arch}.attention.scale"],
         "name": fc.display_name(v["general.name"] or path.stem),
         "window": v[f"{arch}.attention.sliding_window"] or None,
         "context": v[f"{arch}.context_length"],
@@ -330,7 +328,7 @@ def _sha256(path: Path) -> str:
 
 
 def read_gguf(path: str | Path) -> Decoder:
-    """A ``llama`` or ``gemma3`` GGUF file as a :class:`Decoder` (see the module docstring).
+    """A GGUF file of an architecture in the registry's GGUF column as a :class:`Decoder` (see the module docstring).
 
     The first read parses the file (the ``gguf`` package is slow on Gemma's 262,144-token
     vocabulary) and caches the dequantized tensors with the parsed metadata in their header, and the
