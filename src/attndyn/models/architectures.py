@@ -15,7 +15,9 @@ Contract
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
 * ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
-  ``qwen3``), its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
+  ``qwen3``, ``olmo2``, ``gemma2``, ``gptneox``, ``phi3``), its tensors renamed from llama.cpp's names
+  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is.
+  Mistral has no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
 * ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
@@ -62,6 +64,7 @@ class Family:
     fused: str = "none"  # "qkv", "qkv+gate_up"
     gated_ffn: bool = True
     reader: str = "family"  # "llama" / "gpt2" (decoder_files), "family" (read_hf_family), "bert"
+    gguf_as: str = ""  # the GGUF architecture llama.cpp writes this family as, when it is another family's
     example: str = ""
 
     @property
@@ -89,12 +92,13 @@ FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family("llama", ("llama",), ("llama",), reader="llama", example="SmolLM2, Llama 3, TinyLlama"),
-        Family("mistral", ("mistral",), sliding_window="all", example="Mistral 7B"),
+        Family("mistral", ("mistral",), sliding_window="all", gguf_as="llama", example="Mistral 7B"),
         Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
         Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
-        Family("olmo2", ("olmo2",), norm_placement="post", qk_norm="full", example="OLMo-2"),
+        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", example="OLMo-2"),
         Family(
             "gemma2",
+            ("gemma2",),
             ("gemma2",),
             norm_placement="sandwich",
             softcap=True,
@@ -116,6 +120,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "gpt_neox",
             ("gpt_neox",),
+            ("gptneox",),
             norm="layer",
             biases="all",
             rotary="partial",
@@ -137,7 +142,7 @@ FAMILIES: dict[str, Family] = {
             reader="gpt2",
             example="GPT-2, DistilGPT2",
         ),
-        Family("phi3", ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
+        Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
         Family(
             "bert",
             ("bert", "albert"),
@@ -484,14 +489,16 @@ def family_table() -> str:
             if flag
         ]
         decoder = f.kind == "decoder"
+        gguf = ", ".join(f.gguf_archs) or (f"as {f.gguf_as} (llama.cpp writes it so)" if f.gguf_as else "-")
         rows.append(
-            f"| {f.name} | {', '.join(f.model_types)} | {', '.join(f.gguf_archs) or '-'} | {', '.join(traits)} | "
+            f"| {f.name} | {', '.join(f.model_types)} | {gguf} | {', '.join(traits)} | "
             f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
         )
     return "\n".join(rows)
 
 
-# llama.cpp's tensor names for the Hugging Face ones (the families without fused maps or extra norms)
+# llama.cpp's tensor names for the Hugging Face ones: the names gguf's TensorNameMap gives them
+# (gguf/tensor_mapping.py, what convert_hf_to_gguf.py writes), per family; a test writes files with gguf's map
 GGUF_LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
@@ -505,38 +512,123 @@ GGUF_LAYER_NAMES = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+_ATTN_FFN = {k: v for k, v in GGUF_LAYER_NAMES.items() if "layernorm" not in k}
+GGUF_LAYERS: dict[str, dict[str, str]] = {
+    "llama": GGUF_LAYER_NAMES,
+    "qwen2": GGUF_LAYER_NAMES,
+    "qwen3": GGUF_LAYER_NAMES,
+    # OLMo-2: norms after the sub-layers only
+    "olmo2": _ATTN_FFN | {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"},
+    # Gemma 2: sandwich norms (pre_feedforward_layernorm is llama.cpp's ffn_norm)
+    "gemma2": _ATTN_FFN
+    | {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "post_attention_norm",
+        "pre_feedforward_layernorm": "ffn_norm",
+        "post_feedforward_layernorm": "post_ffw_norm",
+    },
+    # Phi-3: fused q, k, v and gate-up maps, stored as they are
+    "phi3": {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.qkv_proj": "attn_qkv",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    },
+    "gpt_neox": {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "attention.query_key_value": "attn_qkv",
+        "attention.dense": "attn_output",
+        "mlp.dense_h_to_4h": "ffn_up",
+        "mlp.dense_4h_to_h": "ffn_down",
+    },
+}
 GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+GGUF_GLOBALS = {
+    "gpt_neox": {
+        "gpt_neox.embed_in.weight": "token_embd.weight",
+        "gpt_neox.final_layer_norm.weight": "output_norm.weight",
+        "gpt_neox.final_layer_norm.bias": "output_norm.bias",
+        "embed_out.weight": "output.weight",
+    }
+}
+_LAYER_PREFIX = {"gpt_neox": ["gpt_neox", "layers"]}
 
 
-def gguf_name(hf: str) -> str | None:
-    """llama.cpp's name of a Hugging Face tensor name, or None when it has none here."""
-    if hf in GGUF_NAMES:
-        return GGUF_NAMES[hf]
+def gguf_name(hf: str, family: str = "llama") -> str | None:
+    """llama.cpp's name of a Hugging Face tensor name of ``family``, or None when it has none here."""
+    names = GGUF_GLOBALS.get(family, GGUF_NAMES)
+    if hf in names:
+        return names[hf]
     parts = hf.split(".")
-    if len(parts) < 5 or parts[:2] != ["model", "layers"]:
+    if len(parts) < 5 or parts[:2] != _LAYER_PREFIX.get(family, ["model", "layers"]):
         return None
-    mapped = GGUF_LAYER_NAMES.get(".".join(parts[3:-1]))
+    mapped = GGUF_LAYERS.get(family, GGUF_LAYER_NAMES).get(".".join(parts[3:-1]))
     return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
 
 
+GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
+
+
 def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object) -> Decoder:
-    """A GGUF file of a registry family other than llama and gemma3 (Qwen2, Qwen3), from its dequantized
-    tensors and metadata: llama.cpp writes these with NEOX RoPE, so no query/key reordering is undone."""
+    """A GGUF file of a registry family other than llama and gemma3, from its dequantized tensors and
+    metadata, its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
+
+    What llama.cpp's converter changed is undone here: none of these families has its query/key rows
+    reordered (llama.cpp runs them with NEOX RoPE, pairing ``(i, i + rot/2)`` as transformers does);
+    Gemma 2's norm weights are stored as ``1 + w`` (1 is taken off, in float64, so the reader adds it
+    back exactly); GPT-NeoX's fused query/key/value rows, laid out per head ``(H, 3, hd)`` by
+    transformers, are stored as all query rows, then key, then value rows ``(3, H, hd)``. The rest comes
+    from the metadata: the rotary width (``rope.dimension_count``), the parallel residual, LayerNorm's
+    epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
+    is llama.cpp's rule."""
     fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
+    H, d = meta["heads"], meta["d"]
+    hd = meta.get("head_dim") or d // H
     config = {
         "model_type": fam.model_types[0],
-        "num_attention_heads": meta["heads"],
+        "num_attention_heads": H,
         "num_key_value_heads": meta["kv_heads"],
-        "hidden_size": meta["d"],
-        "head_dim": meta.get("head_dim") or meta["d"] // meta["heads"],
+        "hidden_size": d,
+        "head_dim": hd,
         "num_hidden_layers": meta["layers"],
         "rms_norm_eps": meta["eps"],
+        "layer_norm_eps": meta["eps"],
         "rope_theta": meta["rope_base"],
         "max_position_embeddings": meta.get("context") or None,
+        "tie_word_embeddings": "output.weight" not in arrays,
     }
+    rope_dims = meta.get("rope_dims")
+    if rope_dims is not None:
+        if rope_dims > hd or rope_dims % 2:
+            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not an even number up to the head dimension {hd}")
+        config["partial_rotary_factor"] = rope_dims / hd
+        if int(hd * config["partial_rotary_factor"]) != rope_dims:
+            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not a fraction of {hd} the reader can represent")
+    if fam.name == "gpt_neox":
+        config |= {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
+    if fam.sliding_window != "none" and meta.get("window"):
+        config["sliding_window"] = meta["window"]
+    if fam.name == "gemma2":
+        scalar = d / H if meta["layers"] == GEMMA2_27B_LAYERS else hd
+        config |= {
+            "attn_logit_softcapping": meta.get("attn_softcap"),
+            "final_logit_softcapping": meta.get("final_softcap"),
+            "query_pre_attn_scalar": scalar,
+            "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
+        }
 
     def get(name: str) -> torch.Tensor | None:
-        g = gguf_name(name)
-        return None if g is None or g not in arrays else torch.from_numpy(np.asarray(arrays[g], dtype=np.float32).copy())
+        g = gguf_name(name, fam.name)
+        if g is None or g not in arrays:
+            return None
+        a = np.asarray(arrays[g], dtype=np.float32)
+        if fam.name == "gemma2" and name.endswith("norm.weight"):  # stored as 1 + w
+            return torch.from_numpy(a.astype(np.float64)) - 1.0
+        if fam.name == "gpt_neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
+            a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
+        return torch.from_numpy(a.copy())
 
     return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer)

@@ -1,4 +1,4 @@
-"""Reading trained decoders from disk: GGUF files (``llama``, ``gemma3``; Qwen through ``architectures``) and Hugging Face folders, offline.
+"""Reading trained decoders from disk: GGUF files (llama and gemma3 here, the other families in ``architectures``) and HF folders, offline.
 
 Contract
 --------
@@ -150,9 +150,14 @@ def gguf_spec(arch: str) -> dict:
         f"{arch}.attention.key_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.feed_forward_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.rope.freq_base": Real(above=1.0, required=False, default=10000.0),
-        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0),
+        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=arch != "gptneox"),
+        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=arch == "gptneox"),  # LayerNorm (GPT-NeoX)
+        f"{arch}.rope.dimension_count": Int(2, MAX_WIDTH, required=False),  # partial rotary (GPT-NeoX, Phi-3)
+        f"{arch}.use_parallel_residual": Flag(default=True),  # GPT-NeoX
+        f"{arch}.attn_logit_softcapping": Real(above=0.0, required=False),  # Gemma 2
+        f"{arch}.final_logit_softcapping": Real(above=0.0, required=False),
         f"{arch}.context_length": Int(1, MAX_CONTEXT, required=False),
-        f"{arch}.attention.sliding_window": Int(1, MAX_CONTEXT, required=False),
+        f"{arch}.attention.sliding_window": Int(0, MAX_CONTEXT, required=False),  # 0: none (llama.cpp's Phi-3 converter)
         "general.name": Text(),
         "tokenizer.ggml.bos_token_id": Int(0, MAX_VOCAB, required=False),
     }
@@ -209,12 +214,23 @@ def _gguf_meta(reader, path: Path) -> dict:
         "head_dim": hd,
         "ffn": v[f"{arch}.feed_forward_length"],
         "rope_base": v[f"{arch}.rope.freq_base"],
-        "eps": v[f"{arch}.attention.layer_norm_rms_epsilon"],
+        "eps": v[f"{arch}.attention.layer_norm_epsilon" if arch == "gptneox" else f"{arch}.attention.layer_norm_rms_epsilon"],
+        "rope_dims": v[f"{arch}.rope.dimension_count"],
+        "parallel_residual": v[f"{arch}.use_parallel_residual"],
+        "attn_softcap": v[f"{arch}.attn_logit_softcapping"],
+        "final_softcap": v[f"{arch}.final_logit_softcapping"],
         "name": fc.display_name(v["general.name"] or path.stem),
-        "window": v[f"{arch}.attention.sliding_window"],
+        "window": v[f"{arch}.attention.sliding_window"] or None,
         "context": v[f"{arch}.context_length"],
         "bos": -1 if v["tokenizer.ggml.bos_token_id"] is None else v["tokenizer.ggml.bos_token_id"],
     }
+
+
+# the tensor types read (each dequantized by gguf.quants.dequantize; tests/models/test_gguf_quants.py checks them)
+GGUF_TYPES = (
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4",
+)  # fmt: skip
 
 
 def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
@@ -230,6 +246,10 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         dims = tuple(int(s) for s in reversed(t.shape.tolist()))
         if t.tensor_type in INTEGER_TYPES:
             raise ModelFileError(f"{path}: tensor {t.name!r} has type {t.tensor_type.name}; weights must be floating point")
+        if t.tensor_type.name not in GGUF_TYPES:
+            raise ModelFileError(
+                f"{path}: tensor {t.name!r} has type {t.tensor_type.name}, which attndyn does not read; supported: {', '.join(GGUF_TYPES)}"
+            )
         if int(t.data_offset) + int(t.n_bytes) > size:
             raise ModelFileError(f"{path}: tensor {t.name!r} ({t.n_bytes} bytes at {t.data_offset}) lies past the end of the file ({size} bytes)")
         found[t.name] = dims
@@ -253,6 +273,12 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         per_layer |= {"attn_q_norm": (hd,), "attn_k_norm": (hd,)}
     if meta["arch"] == "qwen2":
         per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
+    per_layer = _family_gguf_layers(meta["arch"], per_layer, H=H, KV=KV, d=d, hd=hd, f=f)
+    if meta["arch"] == "gptneox":
+        shapes["output_norm.bias"] = (d,)
+    scaled = sorted(n for n in found if n.startswith(("rope_factors", "rope_freqs")) or n.endswith("rope_freqs.weight"))
+    if scaled:
+        raise ModelFileError(f"{path}: the tensor {scaled[0]!r} scales RoPE, which the forward pass does not implement (only unscaled RoPE)")
     for k in range(L):
         shapes |= {f"blk.{k}.{key}" + ("" if key.endswith(".bias") else ".weight"): shape for key, shape in per_layer.items()}
     for name, shape in shapes.items():
@@ -261,6 +287,25 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         if found[name] != shape:
             raise ModelFileError(f"{path}: tensor {name!r} has shape {found[name]}, expected {shape} from the metadata")
     return shapes
+
+
+def _family_gguf_layers(arch: str, per_layer: dict, *, H: int, KV: int, d: int, hd: int, f: int) -> dict:
+    """Each layer's tensors (name: shape) of the architectures whose layers differ from llama's (the
+    table of :data:`attndyn.models.architectures.GGUF_LAYERS`, the names llama.cpp's converter writes)."""
+    if arch == "olmo2":  # norms after the sub-layers; QK-norm over all heads at once
+        drop = ("attn_norm", "ffn_norm")
+        return {k: v for k, v in per_layer.items() if k not in drop} | {
+            "post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (H * hd,), "attn_k_norm": (KV * hd,),
+        }  # fmt: skip
+    if arch == "gemma2":
+        return per_layer | {"post_attention_norm": (d,), "post_ffw_norm": (d,)}
+    if arch == "phi3":  # fused q, k, v rows; gate and up stacked in ffn_up
+        qkv = (H + 2 * KV) * hd
+        return {"attn_norm": (d,), "attn_qkv": (qkv, d), "attn_output": (d, H * hd), "ffn_norm": (d,), "ffn_up": (2 * f, d), "ffn_down": (d, f)}
+    if arch == "gptneox":  # LayerNorm, biases everywhere, fused q, k, v (llama.cpp stacks all q rows, then k, then v)
+        weights = {"attn_norm": (d,), "attn_qkv": (3 * d, d), "attn_output": (d, d), "ffn_norm": (d,), "ffn_up": (f, d), "ffn_down": (d, f)}
+        return weights | {f"{k}.bias": (shape[0],) for k, shape in weights.items()}
+    return per_layer
 
 
 def undo_rope_interleave(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -283,7 +328,7 @@ def _sha256(path: Path) -> str:
 
 
 def read_gguf(path: str | Path) -> Decoder:
-    """A ``llama`` or ``gemma3`` GGUF file as a :class:`Decoder` (see the module docstring).
+    """A GGUF file of an architecture in the registry's GGUF column as a :class:`Decoder` (see the module docstring).
 
     The first read parses the file (the ``gguf`` package is slow on Gemma's 262,144-token
     vocabulary) and caches the dequantized tensors with the parsed metadata in their header, and the

@@ -15,7 +15,7 @@ def checkpoint(
     path: Annotated[
         str,
         typer.Argument(
-            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a LLaMA, Gemma 3 or GPT-2 folder for a causal decoder."
+            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a Hugging Face folder of a decoder family (see the guide)."
         ),
     ],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
