@@ -18,7 +18,7 @@ GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-col
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
 # mode-selection's white noise at its quick size (attndyn.claims.mode_selection.QUICK)
-MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32}
+MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32, "judged_seeds": 160}
 
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
