@@ -119,7 +119,7 @@ SENSITIVITY = {
         ({"beta_factor": 0.999}, {}, ["particles: |fitted rate"]),
         ({"meanfield_beta_factor": 1 + 1e-5}, {}, ["mean field: |fitted rate"]),
         ({"meanfield_beta_factor": 1 - 1e-5}, {}, ["mean field: |fitted rate"]),
-        # white noise at the README's quick size (32 seeds of 256 particles at beta = 2, 5, 10), where the power is stated
+        # white noise at the README's quick size (32 systems of 256 particles at beta = 2, 10 and 160 at beta = 5), where the power is stated
         ({"noise_beta_factor": 0.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"noise_beta_factor": 1.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"sphere_beta_factor": 1.005}, {}, ["S^2 particles (d = 3)"]),
