@@ -34,6 +34,7 @@ TINY = {
         "noise_betas": [5.0],
         "noise_n": 256,
         "noise_seeds": 16,
+        "judged_seeds": 32,
         "M": 256,
         "sphere_betas": [5.0],
         "sphere_n": 1024,

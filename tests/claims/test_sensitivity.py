@@ -18,7 +18,7 @@ GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-col
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
 
 # mode-selection's white noise at its quick size (attndyn.claims.mode_selection.QUICK)
-MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32}
+MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds": 32, "judged_seeds": 160}
 
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 
@@ -119,7 +119,7 @@ SENSITIVITY = {
         ({"beta_factor": 0.999}, {}, ["particles: |fitted rate"]),
         ({"meanfield_beta_factor": 1 + 1e-5}, {}, ["mean field: |fitted rate"]),
         ({"meanfield_beta_factor": 1 - 1e-5}, {}, ["mean field: |fitted rate"]),
-        # white noise at the README's quick size (32 seeds of 256 particles at beta = 2, 5, 10), where the power is stated
+        # white noise at the README's quick size (32 systems of 256 particles at beta = 2, 10 and 160 at beta = 5), where the power is stated
         ({"noise_beta_factor": 0.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"noise_beta_factor": 1.6} | MS_QUICK_NOISE, {}, ["white noise at beta = 5"]),
         ({"sphere_beta_factor": 1.005}, {}, ["S^2 particles (d = 3)"]),

@@ -128,6 +128,12 @@ def within(value: float, lo: float, hi: float, note: str = "", *, n: int = 1, wo
     return _judged(value, f"in [{lo:g}, {hi:g}]", lo <= value <= hi, n, note, min(float(value) - lo, hi - float(value)), worst, detects)
 
 
+def one_of(value: float, allowed: list[int], note: str = "", *, detects: str = "") -> Check:
+    """``value`` is one of the integers ``allowed`` (a set the run derives, e.g. the modes it cannot resolve)."""
+    text = "in {" + ", ".join(str(a) for a in allowed) + "}"
+    return _judged(value, text, float(value) in [float(a) for a in allowed], 1 if allowed else 0, note, detects=detects)
+
+
 def every(ok: np.ndarray | list, note: str = "", *, cases: list[str] | None = None, detects: str = "") -> Check:
     """Judge every case: ``ok`` holds one flag per case (True = the theorem's statement holds).
 
