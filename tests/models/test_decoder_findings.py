@@ -7,6 +7,8 @@ weights, brute-force loops), and each feeds a violating input where the quantity
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -295,6 +297,47 @@ def test_a_label_within_the_quantisation_step_is_undetermined(tmp_path):
     weak = min(rows, key=lambda r: abs(r["qk_cos"]) if np.isfinite(r["qk_cos"]) else 9)
     assert abs(weak["qk_cos"]) < weak["quant_shift_qk_cos"]
     assert not weak["determined"]
+
+
+def test_a_margin_below_the_measured_movement_is_undetermined_though_no_label_changes(tmp_path, monkeypatch):
+    """The margin half of the rule alone. V = Wo Wv is diagonal with a top pair 5 and 5 (1 - g), Q = K, and
+    the quantisation step is zero except on Wv's entry (0, 0): every draw moves the top eigenvalue alone and
+    keeps V triangular and Q = K, so every perturbed head is labelled hyperplanes (the relabelling half never
+    fires) while the modulus gap moves. A gap just below the movement the draws measured (0.9x) is
+    undetermined, just above it (1.1x) determined."""
+    import dataclasses
+
+    dec = _tiny(tmp_path)
+    L = dec.layers[0]
+    hd, d = dec.head_dim, dec.d_model
+    E = torch.eye(d, dtype=torch.float64)[:hd]  # (hd, d): the first hd coordinates
+
+    def head(gap: float) -> dict:
+        eigs = torch.tensor([5.0, 5.0 * (1 - gap)] + [0.5] * (hd - 2), dtype=torch.float64) / math.sqrt(d)  # the fold's sqrt(d)
+        W_q, W_k, W_v, W_o = (getattr(L, k).double().clone() for k in ("W_q", "W_k", "W_v", "W_o"))
+        W_q[:hd], W_k[:hd], W_v[:hd], W_o[:, :hd] = E, E, torch.diag(eigs) @ E, E.T
+        layer = dataclasses.replace(L, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, attn_norm=torch.ones(d, dtype=torch.float64))
+        planted = W_v
+
+        def step(W: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros_like(W, dtype=torch.float64)
+            if W.shape == planted.shape and torch.equal(W, planted):
+                out[0, 0] = 0.02 / math.sqrt(d)  # moves lambda_1 by up to 0.01 (1e-3 relative)
+            return out
+
+        monkeypatch.setattr(regimes, "quantisation_step", step)
+        return regimes.head_regimes(dataclasses.replace(dec, layers=(layer, *dec.layers[1:])), (0,), draws=4)[0]
+
+    moved = head(0.05)["quant_shift_modulus_gap"]  # the movement the draws measure (the same draws at every gap)
+    assert 1e-4 < moved < 2e-3
+    below, above = head(0.9 * moved), head(1.1 * moved)
+    for row in (below, above):
+        assert row["regime"] == "hyperplanes"
+        assert row["qk_cos"] == pytest.approx(1.0)
+    assert below["modulus_gap"] < below["quant_shift_modulus_gap"]
+    assert not below["determined"]
+    assert above["modulus_gap"] > above["quant_shift_modulus_gap"]
+    assert above["determined"]
 
 
 # --- finding 7: the standardised cosine depends on the pool ---------------------------------------------------
