@@ -218,6 +218,17 @@ def test_mode_selection_noise_power_is_tested_at_the_quick_size():
     assert {k: QUICK[k] for k in MS_QUICK_NOISE} == MS_QUICK_NOISE
 
 
+def test_trained_decoder_power_at_tiny_holds_at_the_quick_size():
+    """Each of its judged checks is a maximum or an all-cases check over the first prompts and the twin
+    layers, and its first identity is read at the first twin layer on prompt 0: the tiny run's cases are
+    among the quick run's, so a perturbation that fails a check at tiny fails it at quick."""
+    quick, tiny = load(TD).QUICK, TINY[TD]
+    assert tiny["twin_layers"][0] == quick["twin_layers"][0]
+    assert set(tiny["twin_layers"]) <= set(quick["twin_layers"])
+    assert tiny["prompts"] <= quick["prompts"]
+    assert tiny["twin_prompts"] <= quick["twin_prompts"]
+
+
 @pytest.mark.parametrize(("claim_id", "k"), [_slow(c, c, k) for c, k in CASES])
 def test_the_stated_perturbation_fails_its_checks(claim_id, k, monkeypatch):
     overrides, constants, prefixes = SENSITIVITY[claim_id][k]
