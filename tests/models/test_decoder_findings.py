@@ -147,6 +147,26 @@ def test_a_difference_to_a_null_is_stated_only_where_its_interval_excludes_zero(
     assert "exceeds" not in nulls.comparison_sentence("x", "y", range(2), small, pool="2 prompts")
 
 
+def test_a_difference_within_rounding_is_no_difference():
+    """The shuffled-token null at layer 0 holds the prompt's own vectors in another order: its measure differs
+    from the network's by summation order only (SmolLM2's effective rank: 2.5e-14 of 56). Planted: every prompt
+    2 ulps above the null (layer 0) is 'cannot be told' at float64's rounding, and 'exceeds' without it; a
+    difference of 1e-12 relative, above the rounding bound (128 eps = 2.8e-14), still exceeds."""
+    rng = np.random.default_rng(3)
+    null = rng.uniform(50, 60, size=(12, 2))
+    net = null.copy()
+    net[:, 0] = np.nextafter(np.nextafter(null[:, 0], np.inf), np.inf)
+    net[:, 1] = null[:, 1] * (1 + 1e-12)
+    tol = nulls.rounding(torch.float64)
+    assert tol == pytest.approx(128 * np.finfo(np.float64).eps)
+    text = nulls.comparison_sentence("effective rank", "shuffled tokens", range(2), nulls.paired_difference(net, null, rounding=tol), pool="12")
+    assert "exceeds shuffled tokens at layers 1;" in text
+    assert "cannot be told from shuffled tokens at layers 0 " in text
+    raw = nulls.comparison_sentence("effective rank", "shuffled tokens", range(2), nulls.paired_difference(net, null), pool="12")
+    assert "exceeds shuffled tokens at layers 0-1 (" in raw
+    assert nulls.rounding(torch.float32) > 1e-6 > tol
+
+
 def test_bootstrap_interval_covers_the_mean_at_its_level():
     """Coverage of the percentile bootstrap of a mean of 12 normal draws, against the planted mean 0 (n = 400 trials)."""
     rng = np.random.default_rng(1)
@@ -476,6 +496,45 @@ def test_the_docs_findings_are_what_the_generator_writes_from_the_data():
     findings = json.loads(data[0].read_text())
     findings["study"]["sink_1"]["value"] += 0.01
     assert docs_section(docs, data[0].stem.removeprefix("findings-"), findings) != docs
+
+
+def _leaves(x, path: str = "") -> dict:
+    """Every number, string and null of a JSON tree, by its path."""
+    if isinstance(x, dict):
+        return {k: v for key, item in x.items() for k, v in _leaves(item, f"{path}/{key}").items()}
+    if isinstance(x, list):
+        return {k: v for i, item in enumerate(x) for k, v in _leaves(item, f"{path}/{i}").items()}
+    return {path: x}
+
+
+@pytest.mark.slow
+def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(tmp_path):
+    """docs/data/findings-smollm2.json against ``attndyn checkpoint smollm2`` run now, at the size the JSON
+    records (the shipped prompts, the held-out prompts, float64: the study's bootstrap intervals and nulls
+    are over those prompts, so no smaller run computes these numbers): the docs' sentences are identical,
+    and every number agrees to the 4 significant digits the page's tables print."""
+    import json
+    from pathlib import Path
+
+    from attndyn.app.decoder_page import decoder_report, findings_text
+    from attndyn.models.decoder_files import smollm2_available
+    from attndyn.models.prompts import HELD_OUT, PROMPTS
+
+    ok, why = smollm2_available()
+    if not ok:
+        pytest.skip(why)
+    committed = json.loads((Path(__file__).resolve().parents[2] / "docs" / "data" / "findings-smollm2.json").read_text(encoding="utf-8"))
+    assert committed["study"]["pool"] == f"the shipped prompts ({len(PROMPTS)})"
+    assert committed["held_out"]["pool"] == f"the held-out prompts ({len(HELD_OUT)})"
+    assert committed["dtype"] == "float64"
+    decoder_report("smollm2", prompts=list(PROMPTS), out=tmp_path / "ck", dtype=torch.float64)  # the command's defaults
+    fresh = json.loads((tmp_path / "ck" / "findings.json").read_text(encoding="utf-8"))
+    assert findings_text(fresh) == findings_text(committed)
+    a, b = _leaves(committed), _leaves(fresh)
+    assert a.keys() == b.keys()
+    printed = lambda v: f"{v:.4g}" if isinstance(v, float) else v  # noqa: E731
+    moved = {k: (a[k], b[k]) for k in a if printed(a[k]) != printed(b[k])}
+    assert not moved, f"{len(moved)} of {len(a)} numbers moved, e.g. {list(moved.items())[:5]}"
 
 
 def test_two_decoders_side_by_side_on_one_page(tmp_path):
