@@ -125,6 +125,18 @@ class World:
         damage(target)
         return str(target)
 
+    def decoder_page(self, name: str, file: str | None = None, text: str | None = None) -> str:
+        """A folder holding a decoder.json of the shape ``attndyn checkpoint`` writes (what --compare reads), or ``text``."""
+        from attndyn.workflow import ownership
+        from attndyn.workflow.files import atomic_write_text
+
+        owner = ownership.claim(self.root / name, "checkpoint", "attndyn checkpoint")  # owned, as the command leaves it
+        rows = [{"layer": k, "sink_rate": 0.5, "sink_rate_ci": [0.4, 0.6]} for k in range(3)]
+        record = {"file": file or f"{name}.gguf", "title": name, "layers": 2, "per_layer": rows, "findings": "- a finding\n"}
+        atomic_write_text(owner.folder / "decoder.json", json.dumps(record) if text is None else text)
+        owner.add("decoder.json")
+        return str(owner.folder)
+
     def sweep(self, text: str = SWEEP) -> str:
         self.file("base.toml", CONFIG)
         return self.file("sweep.toml", text)
@@ -363,6 +375,28 @@ CASES = [
     ("ck-out-foreign", lambda w: ["checkpoint", "minilm", "--out", S], "not written by attndyn"),
     ("ck-dtype", lambda w: ["checkpoint", "minilm", "--dtype", "float16", "--out", str(w.root / "o")], "float16"),
     ("ck-name", lambda w: ["checkpoint", "gpt7", "--out", str(w.root / "o")], "gpt7"),
+    # --- checkpoint PATH --compare FOLDER: decoder pages side by side -------------------------------
+    ("cmp-missing", lambda w: ["checkpoint", w.decoder_page("a"), "--compare", str(w.root / "no-page"), "--out", str(w.root / "o")], "no-page"),
+    ("cmp-first-missing", lambda w: ["checkpoint", str(w.root / "gone"), "--compare", w.decoder_page("b"), "--out", str(w.root / "o")], "gone"),
+    ("cmp-file", lambda w: ["checkpoint", w.decoder_page("a"), "--compare", str(w.sentinel / "notes.txt"), "--out", str(w.root / "o")], "notes.txt"),
+    ("cmp-no-json", lambda w: ["checkpoint", w.decoder_page("a"), "--compare", str(w.sentinel / "data"), "--out", str(w.root / "o")], "data"),
+    (
+        "cmp-bad-json",
+        lambda w: ["checkpoint", w.decoder_page("a"), "--compare", w.decoder_page("junk", text="{nope"), "--out", str(w.root / "o")],
+        "junk",
+    ),
+    (
+        "cmp-no-keys",
+        lambda w: ["checkpoint", w.decoder_page("a"), "--compare", w.decoder_page("odd", text='{"file": "x"}'), "--out", str(w.root / "o")],
+        "per_layer",
+    ),  # fmt: skip
+    (
+        "cmp-same-file",
+        lambda w: ["checkpoint", w.decoder_page("a", "m.gguf"), "--compare", w.decoder_page("b", "m.gguf"), "--out", str(w.root / "o")],
+        "m.gguf",
+    ),  # fmt: skip
+    ("cmp-out-is-page", lambda w: ["checkpoint", w.decoder_page("a"), "--compare", w.decoder_page("b"), "--out", str(w.root / "b")], "--out"),
+    ("cmp-out-foreign", lambda w: ["checkpoint", w.decoder_page("a"), "--compare", w.decoder_page("b"), "--out", S], "not written by attndyn"),
     # --- checkpoint of a causal decoder (SmolLM2) -------------------------------------------------
     ("ckd-twin-layer", lambda w: ["checkpoint", "smollm2", "--twin-layers", "29", "--out", str(w.root / "o")], "--twin-layers"),
     ("ckd-twin-text", lambda w: ["checkpoint", "smollm2", "--twin-layers", "three", "--out", str(w.root / "o")], "three"),

@@ -359,3 +359,29 @@ def test_meanfield_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path,
     lines = [line for line in result.output.splitlines() if line.startswith("meanfield: ")]
     assert lines, result.output
     assert lines[-1].startswith("meanfield: 100 %"), lines
+
+
+def test_checkpoint_compare_puts_two_decoder_pages_side_by_side(tmp_path):
+    """``attndyn checkpoint PAGE --compare PAGE --out DIR``: compare.html with each page's findings and the
+    three depth figures; the pages themselves are left as they were."""
+    pages = []
+    for name, L in (("a.gguf", 4), ("b.gguf", 6)):
+        keys = ("sink_rate", "massive_activation_ratio", "mean_cosine")
+        rows = [{"layer": k} | {key: k / L + 0.1 for key in keys} | {f"{key}_ci": [k / L, k / L + 0.2] for key in keys} for k in range(L + 1)]
+        record = {"file": name, "title": f"{name} (base)", "layers": L, "per_layer": rows, "findings": f"Findings\n- {name} finding\n"}
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "decoder.json").write_text(json.dumps(record))
+        pages.append(folder)
+    before = {p: (p / "decoder.json").read_bytes() for p in pages}
+    result = runner.invoke(app, ["checkpoint", str(pages[0]), "--compare", str(pages[1]), "--out", str(tmp_path / "both")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "both" / "compare.html").read_text()
+    assert "a.gguf finding" in page
+    assert "b.gguf finding" in page
+    assert page.count("<h2>") == 2
+    for key in ("sink_rate", "massive_activation_ratio", "mean_cosine"):
+        assert (tmp_path / "both" / "figures" / f"compare_{key}.png").is_file()
+    assert "compare.html" in result.output
+    assert {p: (p / "decoder.json").read_bytes() for p in pages} == before
+    assert sorted(q.name for q in pages[0].iterdir()) == ["decoder.json"]

@@ -7,6 +7,8 @@ weights, brute-force loops), and each feeds a violating input where the quantity
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -143,6 +145,26 @@ def test_a_difference_to_a_null_is_stated_only_where_its_interval_excludes_zero(
     # sensitivity: a planted effect of the noise's size over two prompts is not called a difference
     small = nulls.paired_difference(net[:2, :2] * 0 + np.array([[0.1, 0.0], [-0.1, 0.0]]), np.zeros((2, 2)))
     assert "exceeds" not in nulls.comparison_sentence("x", "y", range(2), small, pool="2 prompts")
+
+
+def test_a_difference_within_rounding_is_no_difference():
+    """The shuffled-token null at layer 0 holds the prompt's own vectors in another order: its measure differs
+    from the network's by summation order only (SmolLM2's effective rank: 2.5e-14 of 56). Planted: every prompt
+    2 ulps above the null (layer 0) is 'cannot be told' at float64's rounding, and 'exceeds' without it; a
+    difference of 1e-12 relative, above the rounding bound (128 eps = 2.8e-14), still exceeds."""
+    rng = np.random.default_rng(3)
+    null = rng.uniform(50, 60, size=(12, 2))
+    net = null.copy()
+    net[:, 0] = np.nextafter(np.nextafter(null[:, 0], np.inf), np.inf)
+    net[:, 1] = null[:, 1] * (1 + 1e-12)
+    tol = nulls.rounding(torch.float64)
+    assert tol == pytest.approx(128 * np.finfo(np.float64).eps)
+    text = nulls.comparison_sentence("effective rank", "shuffled tokens", range(2), nulls.paired_difference(net, null, rounding=tol), pool="12")
+    assert "exceeds shuffled tokens at layers 1;" in text
+    assert "cannot be told from shuffled tokens at layers 0 " in text
+    raw = nulls.comparison_sentence("effective rank", "shuffled tokens", range(2), nulls.paired_difference(net, null), pool="12")
+    assert "exceeds shuffled tokens at layers 0-1 (" in raw
+    assert nulls.rounding(torch.float32) > 1e-6 > tol
 
 
 def test_bootstrap_interval_covers_the_mean_at_its_level():
@@ -297,6 +319,47 @@ def test_a_label_within_the_quantisation_step_is_undetermined(tmp_path):
     assert not weak["determined"]
 
 
+def test_a_margin_below_the_measured_movement_is_undetermined_though_no_label_changes(tmp_path, monkeypatch):
+    """The margin half of the rule alone. V = Wo Wv is diagonal with a top pair 5 and 5 (1 - g), Q = K, and
+    the quantisation step is zero except on Wv's entry (0, 0): every draw moves the top eigenvalue alone and
+    keeps V triangular and Q = K, so every perturbed head is labelled hyperplanes (the relabelling half never
+    fires) while the modulus gap moves. A gap just below the movement the draws measured (0.9x) is
+    undetermined, just above it (1.1x) determined."""
+    import dataclasses
+
+    dec = _tiny(tmp_path)
+    L = dec.layers[0]
+    hd, d = dec.head_dim, dec.d_model
+    E = torch.eye(d, dtype=torch.float64)[:hd]  # (hd, d): the first hd coordinates
+
+    def head(gap: float) -> dict:
+        eigs = torch.tensor([5.0, 5.0 * (1 - gap)] + [0.5] * (hd - 2), dtype=torch.float64) / math.sqrt(d)  # the fold's sqrt(d)
+        W_q, W_k, W_v, W_o = (getattr(L, k).double().clone() for k in ("W_q", "W_k", "W_v", "W_o"))
+        W_q[:hd], W_k[:hd], W_v[:hd], W_o[:, :hd] = E, E, torch.diag(eigs) @ E, E.T
+        layer = dataclasses.replace(L, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, attn_norm=torch.ones(d, dtype=torch.float64))
+        planted = W_v
+
+        def step(W: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros_like(W, dtype=torch.float64)
+            if W.shape == planted.shape and torch.equal(W, planted):
+                out[0, 0] = 0.02 / math.sqrt(d)  # moves lambda_1 by up to 0.01 (1e-3 relative)
+            return out
+
+        monkeypatch.setattr(regimes, "quantisation_step", step)
+        return regimes.head_regimes(dataclasses.replace(dec, layers=(layer, *dec.layers[1:])), (0,), draws=4)[0]
+
+    moved = head(0.05)["quant_shift_modulus_gap"]  # the movement the draws measure (the same draws at every gap)
+    assert 1e-4 < moved < 2e-3
+    below, above = head(0.9 * moved), head(1.1 * moved)
+    for row in (below, above):
+        assert row["regime"] == "hyperplanes"
+        assert row["qk_cos"] == pytest.approx(1.0)
+    assert below["modulus_gap"] < below["quant_shift_modulus_gap"]
+    assert not below["determined"]
+    assert above["modulus_gap"] > above["quant_shift_modulus_gap"]
+    assert above["determined"]
+
+
 # --- finding 7: the standardised cosine depends on the pool ---------------------------------------------------
 
 
@@ -433,6 +496,45 @@ def test_the_docs_findings_are_what_the_generator_writes_from_the_data():
     findings = json.loads(data[0].read_text())
     findings["study"]["sink_1"]["value"] += 0.01
     assert docs_section(docs, data[0].stem.removeprefix("findings-"), findings) != docs
+
+
+def _leaves(x, path: str = "") -> dict:
+    """Every number, string and null of a JSON tree, by its path."""
+    if isinstance(x, dict):
+        return {k: v for key, item in x.items() for k, v in _leaves(item, f"{path}/{key}").items()}
+    if isinstance(x, list):
+        return {k: v for i, item in enumerate(x) for k, v in _leaves(item, f"{path}/{i}").items()}
+    return {path: x}
+
+
+@pytest.mark.slow
+def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(tmp_path):
+    """docs/data/findings-smollm2.json against ``attndyn checkpoint smollm2`` run now, at the size the JSON
+    records (the shipped prompts, the held-out prompts, float64: the study's bootstrap intervals and nulls
+    are over those prompts, so no smaller run computes these numbers): the docs' sentences are identical,
+    and every number agrees to the 4 significant digits the page's tables print."""
+    import json
+    from pathlib import Path
+
+    from attndyn.app.decoder_page import decoder_report, findings_text
+    from attndyn.models.decoder_files import smollm2_available
+    from attndyn.models.prompts import HELD_OUT, PROMPTS
+
+    ok, why = smollm2_available()
+    if not ok:
+        pytest.skip(why)
+    committed = json.loads((Path(__file__).resolve().parents[2] / "docs" / "data" / "findings-smollm2.json").read_text(encoding="utf-8"))
+    assert committed["study"]["pool"] == f"the shipped prompts ({len(PROMPTS)})"
+    assert committed["held_out"]["pool"] == f"the held-out prompts ({len(HELD_OUT)})"
+    assert committed["dtype"] == "float64"
+    decoder_report("smollm2", prompts=list(PROMPTS), out=tmp_path / "ck", dtype=torch.float64)  # the command's defaults
+    fresh = json.loads((tmp_path / "ck" / "findings.json").read_text(encoding="utf-8"))
+    assert findings_text(fresh) == findings_text(committed)
+    a, b = _leaves(committed), _leaves(fresh)
+    assert a.keys() == b.keys()
+    printed = lambda v: f"{v:.4g}" if isinstance(v, float) else v  # noqa: E731
+    moved = {k: (a[k], b[k]) for k in a if printed(a[k]) != printed(b[k])}
+    assert not moved, f"{len(moved)} of {len(a)} numbers moved, e.g. {list(moved.items())[:5]}"
 
 
 def test_two_decoders_side_by_side_on_one_page(tmp_path):

@@ -100,7 +100,7 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     for key in geo.NULL_KEYS:
         for name in NULLS:
             nv = null_values[name][key]
-            d = nulls.paired_difference(values[key], nv)
+            d = nulls.paired_difference(values[key], nv, rounding=nulls.rounding(dtype))
             diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()}
             mean = _column_means(nv)
             for layer in layers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,8 +33,8 @@ CLAIM = ClaimInfo(
         "SmolLM2-135M-Instruct Q4_1 (30 layers, 9 query heads, 3 key/value heads, width 576), float32 for the statistics and float64 "
         "for the identities; the shipped prompts of 81-93 tokens (the sink protocol needs >= 64); nulls on the same prompts."
     ),
-    # the identities are judged checks; the claim joins the pass/fail ones once each states its power (test_sensitivity.py)
-    kind="report",
+    # the five identities are judged, each with a deliberate error seen to fail it (tests/claims/test_sensitivity.py)
+    kind="pass/fail",
 )
 
 
@@ -41,6 +42,12 @@ class Config(ExperimentConfig):
     prompts: int = 12
     twin_layers: list[int] = [7, 15, 28]
     twin_prompts: int = 4
+    # the derivation's choices; the sensitivity tests change each and see its check fail
+    sublayer_rope: bool = False  # True: the twin (no positions) is compared with the sublayer WITH RoPE
+    fold_gain: bool = True  # False: the twin leaves the RMSNorm gain out of Q, K and V
+    rope_base_factor: float = 1.0  # the layer's own maps turn at this multiple of the model's RoPE base
+    shares: Literal["shapley", "first"] = "shapley"  # "first": each sublayer's share when added first (one order only)
+    null_attention: Literal["uniform", "softmax"] = "uniform"  # "softmax": the null keeps the network's scores
 
 
 QUICK: dict = {"prompts": 4, "twin_layers": [15, 28], "twin_prompts": 2}
@@ -53,7 +60,7 @@ def available() -> tuple[bool, str]:
 def run(config: Config) -> Result:
     import attndyn as ad
     from attndyn.models import decoder_nulls as nulls
-    from attndyn.models.decoder import attention_sublayer, layer_masks
+    from attndyn.models.decoder import attention_sublayer, layer_masks, rope_tables
 
     dec = load_decoder("smollm2")
     ids = [dec.encode(p) for p in PROMPTS[: config.prompts]]
@@ -63,13 +70,19 @@ def run(config: Config) -> Result:
     arrays = {key: np.array([r.get(key, np.nan) for r in rows], dtype=np.float64) for key in rows[-1] if key != "layer" and not key.endswith("_ci")}
     arrays["tokens"] = np.array([len(i) for i in ids], dtype=np.float64)
     arrays["sink_1"] = geo.sink_1(values)
-    uniform = [forward(dec, i, dtype=torch.float32, attention="uniform") for i in ids]
+    uniform = [forward(dec, i, dtype=torch.float32, attention=config.null_attention) for i in ids]
     u_values = geo.layer_values(uniform, clusters=False)
     arrays["uniform_sink_rate"] = u_values["sink_rate"]
     arrays["uniform_leaders"] = np.array([[geo.leaders_of(P.double().numpy()) for P in fw.attentions] for fw in uniform])
     random_dec = nulls.random_decoder(dec, 0)
     arrays["random_sink_1"] = geo.sink_1(geo.layer_values([forward(random_dec, i, dtype=torch.float32) for i in ids], clusters=False))
-    twins = [geo.twin(dec, fw, k) for k in config.twin_layers for fw in fws[: config.twin_prompts]]
+    f = config.rope_base_factor
+    turned = (
+        dec if f == 1.0 else dataclasses.replace(dec, rope_base=dec.rope_base * f, rope_bases=dec.rope_bases and tuple(b * f for b in dec.rope_bases))
+    )
+    twins = [geo.twin(turned, fw, k) for k in config.twin_layers for fw in fws[: config.twin_prompts]]
+    if config.shares == "first":
+        twins = [t | {"attention_share_shapley": t["attention_share_first"], "ffn_share_shapley": t["ffn_share_first"]} for t in twins]
     for key in ("layer", "identity", "one_step", "leader_overlap", "uniform_leader_overlap", "attention_share_shapley", "ffn_share_shapley",
                 "attention_share_first", "attention_share_last", "one_step_rope_ffn"):  # fmt: skip
         arrays[f"twin_{key}"] = np.array([t[key] for t in twins], dtype=np.float64)
@@ -81,8 +94,13 @@ def run(config: Config) -> Result:
     cast = lambda t: None if t is None else t.to(dtype=torch.float64)  # noqa: E731
     # RMSNorm's eps (1e-5 in mean(x^2)) is the one thing the sphere's projection leaves out: the identity is exact with eps = 0
     no_eps = dataclasses.replace(dec, eps=0.0)
-    sub = attention_sublayer(no_eps, k, x, None, layer_masks(dec, x.shape[0])[k], cast)[0].numpy()
-    twin_v = ad.velocity(0.0, x.numpy(), geo._twin_model(dec, k))
+    tables = (
+        rope_tables(x.shape[0], dec.rotary_dim or dec.head_dim, dec.rope_base, dtype=torch.float64, device="cpu") if config.sublayer_rope else None
+    )
+    sub = attention_sublayer(no_eps, k, x, tables, layer_masks(dec, x.shape[0])[k], cast)[0].numpy()
+    unfolded = dataclasses.replace(dec.layers[k], attn_norm=torch.ones_like(dec.layers[k].attn_norm))
+    twin_dec = dec if config.fold_gain else dataclasses.replace(dec, layers=dec.layers[:k] + (unfolded,) + dec.layers[k + 1 :])
+    twin_v = ad.velocity(0.0, x.numpy(), geo._twin_model(twin_dec, k))
     arrays["twin_vs_sublayer"] = np.array([float(np.abs(twin_v - sub).max() / np.abs(sub).max())])
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
@@ -101,23 +119,27 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     n = arrays["tokens"].astype(int)
     checks = {
         "the twin's one step is the attention sublayer without RoPE (max relative difference, float64)": at_most(
-            float(arrays["twin_vs_sublayer"][0]), 1e-10, detects="a norm gain left out or a head in the wrong key/value group"
+            float(arrays["twin_vs_sublayer"][0]),
+            1e-10,
+            detects="RoPE left in the sublayer the twin is compared with; the RMSNorm gain not folded into Q, K and V",
         ),
         "the layer's own maps with RoPE and the feed-forward block are the real layer (largest 1 - cos)": at_most(
-            float(np.max(arrays["twin_one_step_rope_ffn"])), 1e-9, n=len(arrays["twin_one_step_rope_ffn"])
+            float(np.max(arrays["twin_one_step_rope_ffn"])), 1e-9, n=len(arrays["twin_one_step_rope_ffn"]), detects="the RoPE base off by 1 %"
         ),
         "the Shapley shares of attention and feed-forward add up to the whole change (largest |sum - 1|)": at_most(
             float(np.max(np.abs(arrays["twin_attention_share_shapley"] + arrays["twin_ffn_share_shapley"] - 1))),
             1e-6,
             n=len(arrays["twin_attention_share_shapley"]),
+            detects="each sublayer's share taken in one order only (added first) in place of the average of both",
         ),
         "uniform causal attention's leaders are tokens 0, 1, 2 at every layer and prompt": every(
-            (arrays["uniform_leaders"] == np.array([0, 1, 2])).all(-1).ravel()
+            (arrays["uniform_leaders"] == np.array([0, 1, 2])).all(-1).ravel(), detects="the null keeping the network's scores"
         ),
         "uniform causal attention's sink rate is its closed form 1[mean_i 1/(i+1) > 0.3] at every layer and prompt": every(
             (
                 arrays["uniform_sink_rate"][:, 1:] == np.array([float(np.mean(1 / np.arange(1, m + 1)) > geo.SINK_THRESHOLD) for m in n])[:, None]
-            ).ravel()
+            ).ravel(),
+            detects="the null keeping the network's scores",
         ),
         "Sink_1^eps (Gu et al., eps = 0.3), mean over prompts": report(
             float(arrays["sink_1"].mean()), f"{_interval(arrays['sink_1'])}; random weights {float(arrays['random_sink_1'].mean()):.3g}"

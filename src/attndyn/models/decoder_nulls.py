@@ -4,7 +4,10 @@ Contract
 --------
 * ``bootstrap_interval(values, level=0.95)``: the percentile bootstrap interval of the mean over the
   first axis (prompts), ``B`` resamples from a fixed seed; NaN columns stay NaN. ``paired_difference``:
-  the mean and interval of ``a - b`` resampled by pairs (the same prompts under the network and a null).
+  the mean and interval of ``a - b`` resampled by pairs (the same prompts under the network and a null);
+  with ``rounding`` (:func:`rounding` of the forward's dtype) a pair whose difference is within that
+  fraction of the larger magnitude counts as equal: the shuffled-token null at layer 0 holds the same
+  vectors in another order, and summation order alone must not read as a difference.
 * ``uniform_causal(mask)``: the attention of a head that attends uniformly to what its mask lets it
   see; ``uniform_leaders(n, top)`` its leaders, exactly ``[0, 1, ..., top - 1]`` for a causal mask (column
   j receives ``(1/n) sum_{i >= j} 1/(i + 1)``, which decreases in j).
@@ -45,9 +48,21 @@ def bootstrap_interval(
     return np.quantile(means, a, axis=0), np.quantile(means, 1 - a, axis=0)
 
 
-def paired_difference(a: np.ndarray | list, b: np.ndarray | list, **kw: object) -> dict:
-    """The mean of ``a - b`` over prompts (axis 0) and its bootstrap interval (pairs resampled together)."""
-    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+ROUNDING_ULPS = 128  # a layer's measure is a reduction over ~100 tokens: n eps bounds a sum of n terms' rounding
+
+
+def rounding(dtype: torch.dtype) -> float:
+    """The relative difference two computations of one measure in ``dtype`` can show by rounding alone."""
+    return ROUNDING_ULPS * float(torch.finfo(dtype).eps)
+
+
+def paired_difference(a: np.ndarray | list, b: np.ndarray | list, *, rounding: float = 0.0, **kw: object) -> dict:
+    """The mean of ``a - b`` over prompts (axis 0) and its bootstrap interval (pairs resampled together);
+    differences within ``rounding`` of the larger magnitude are zero (module docstring)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    diff = a - b
+    with np.errstate(invalid="ignore"):
+        diff = np.where(np.abs(diff) <= rounding * np.maximum(np.abs(a), np.abs(b)), 0.0, diff)
     lo, hi = bootstrap_interval(diff, **kw)
     return {"mean": diff.mean(0), "lo": lo, "hi": hi}
 

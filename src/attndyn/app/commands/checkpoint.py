@@ -36,6 +36,14 @@ def checkpoint(
         bool, typer.Option("--spectra-only", help="Encoders: the head spectra alone (no text, so no tokenizer.json or vocab.txt needed).")
     ] = False,
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
+    compare: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--compare",
+            help="Decoder pages side by side: PATH and each --compare FOLDER are folders attndyn checkpoint wrote for a decoder "
+            "(with decoder.json); writes compare.html in --out (repeatable; the other options are not used).",
+        ),
+    ] = None,
 ) -> None:
     """Head spectra and dynamics of a trained checkpoint.
 
@@ -48,6 +56,9 @@ def checkpoint(
     from attndyn.models.bert import CheckpointError
 
     dev, torch_dtype = engine_options(device, dtype)
+    if compare:
+        _compare([Path(path), *compare], out, force_adopt)
+        return
     writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
     if _is_decoder(path):
         record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
@@ -89,6 +100,40 @@ def checkpoint(
     )
     if table:
         _head_table(record["per_head"], ("layer", "head", "regime", "good_triple", "effective_beta", "sym_QK_min", "sym_QK_max"))
+
+
+PAGE_KEYS = ("file", "title", "layers", "per_layer", "findings")  # what side_by_side reads from a decoder.json
+
+
+def _compare(folders: list[Path], out: Path, force_adopt: bool) -> None:
+    """``attndyn checkpoint PATH --compare FOLDER ...``: the decoder pages side by side (``compare.html`` in ``out``)."""
+    from attndyn.app.decoder_page import side_by_side
+
+    files: dict[str, Path] = {}
+    target = out.resolve()
+    for folder in folders:
+        if not folder.is_dir():
+            fail(f"{str(folder)!r} is not a folder: --compare puts folders that attndyn checkpoint wrote for a decoder side by side")
+        page = folder / "decoder.json"
+        if not page.is_file():
+            fail(f"{str(folder)!r} holds no decoder.json: it is not a page attndyn checkpoint wrote for a decoder")
+        try:
+            record = json.loads(page.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            fail(f"{str(page)!r} cannot be read as a decoder page ({err.__class__.__name__})")
+        missing = [k for k in PAGE_KEYS if not isinstance(record, dict) or k not in record]
+        if missing:
+            fail(f"{str(page)!r} is not a decoder page: it lacks {', '.join(missing)}")
+        name = str(record["file"])
+        if name in files:
+            fail(f"{str(folder)!r} and {str(files[name])!r} are pages of the same file {name!r}: give pages of different models")
+        files[name] = folder
+        here = folder.resolve()
+        if target == here or target in here.parents or here in target.parents:
+            fail(f"--out {str(out)!r} overlaps the page {str(folder)!r}: write the comparison to another folder")
+    writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
+    path = side_by_side(folders, out)
+    console.print(f"{len(folders)} decoders side by side: {path.resolve()}", markup=False)
 
 
 def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
