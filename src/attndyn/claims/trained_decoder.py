@@ -38,6 +38,10 @@ CLAIM = ClaimInfo(
 )
 
 
+# benchmarks/seeds.py runs this claim once: the model file, the prompts and the judged identities are fixed
+SEED_FREE = "a fixed model file and fixed prompts; the judged identities and the uniform null draw nothing"
+
+
 class Config(ExperimentConfig):
     prompts: int = 12
     twin_layers: list[int] = [7, 15, 28]
