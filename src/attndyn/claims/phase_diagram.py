@@ -278,6 +278,11 @@ def extrapolated(full: np.ndarray, paired: np.ndarray, halving: np.ndarray, lams
     * ``step``: the RK4 error, 16/15 of the largest change of a pair's crossing time when the first system's step is
       halved (the fourth-order error at dt is 1/15 of the change), times sum_k |w_k|.
     """
+    with np.errstate(invalid="ignore"):  # a beta past the paired horizon (not judged) never crosses: inf - inf
+        return _extrapolated(full, paired, halving, lams, rng)
+
+
+def _extrapolated(full: np.ndarray, paired: np.ndarray, halving: np.ndarray, lams: np.ndarray, rng: np.random.Generator) -> dict:
     w2, w3 = richardson(lams), richardson(np.concatenate([[1.0], lams]))
     fine = np.array([np.median(c[:, 0]) for c in paired])
     coarse = np.array([np.median(c[:, 1]) for c in paired])
