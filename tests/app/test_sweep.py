@@ -232,6 +232,27 @@ def test_a_scheme_off_the_sphere_is_refused_naming_it(tmp_path):
         sweep.load_spec(path)
 
 
+def test_gram_scale_restarts_the_same_draws_nearer_orthogonal(tmp_path):
+    """init.gram_scale (the phase-diagram's paired starts): the seed's draws with Gram matrix I + lam (G0 - I), in
+    their span, lam = 1 the draws themselves; refused where the scaled Gram matrix cannot be realised (d < n)."""
+    from attndyn.workflow.setup import build
+
+    base = BASE.replace("d = 3", "d = 12")
+    path = write_sweep(tmp_path, '"init.gram_scale" = [1.0, 0.5, 0.0]\nseed = [4]', base=base)
+    starts = {p.coords["init.gram_scale"]: build(parse_config(json.loads(json.dumps(p.config)))).x0.numpy() for p in sweep.load_spec(path).points}
+    x = starts[1.0]
+    drawn = build(parse_config(tomllib.loads(base) | {"seed": 4})).x0.numpy()
+    np.testing.assert_array_equal(x, drawn)
+    span = x.T @ np.linalg.pinv(x.T)  # the projector onto the rows' span
+    for lam in (0.5, 0.0):
+        y = starts[lam]
+        np.testing.assert_allclose(y @ y.T, np.eye(8) + lam * (x @ x.T - np.eye(8)), rtol=0, atol=1e-14)
+        np.testing.assert_allclose(y @ span, y, rtol=0, atol=1e-14)
+    path = write_sweep(tmp_path, '"init.gram_scale" = [0.5]', base=BASE)  # d = 3 < n = 8
+    with pytest.raises(sweep.SweepError, match="gram_scale = 0.5 needs d >= n"):
+        sweep.load_spec(path)
+
+
 # --- execution -----------------------------------------------------------------------------------------
 
 

@@ -40,9 +40,14 @@ SENSITIVITY = {
         ({"sink_value": 1e-9}, {}, ["USA: max |x_i(t; b)"]),
         ({"mask": "full"}, {}, ["softmax: the sink never moves", "USA: the sink never moves"]),
     ],
+    # the test size is the README's quick size (QUICK; test_phase_diagram_power_is_tested_at_the_quick_size)
     "phase-diagram": [
         ({"time_shift": 0.2}, {}, ["every beta: |t50 - t*|"]),
         ({"time_shift": -0.2}, {}, ["every beta: |t50 - t*|"]),
+        # a clock 3 % fast or slow, and t* for n = 48: the budget borrowed from the smaller d admitted all three
+        ({"time_stretch": 1.03}, {}, ["every beta: |t50 - t*|"]),
+        ({"time_stretch": 0.97}, {}, ["every beta: |t50 - t*|"]),
+        ({"star_n": 48}, {}, ["every beta: |t50 - t*|"]),
         ({"star_n": 20}, {}, ["every beta: |t50 - t*|"]),
         ({"ds": [64, 8]}, {}, ["the boundary approaches"]),
         ({"orthogonal_beta_factor": 1 + 1e-6}, {}, ["orthogonal start"]),
@@ -234,6 +239,12 @@ def test_trained_decoder_power_at_tiny_holds_at_the_quick_size():
     assert set(tiny["twin_layers"]) <= set(quick["twin_layers"])
     assert tiny["prompts"] <= quick["prompts"]
     assert tiny["twin_prompts"] <= quick["twin_prompts"]
+
+
+def test_phase_diagram_power_is_tested_at_the_quick_size():
+    from attndyn.claims.phase_diagram import QUICK
+
+    assert {k: TINY["phase-diagram"][k] for k in QUICK} == QUICK
 
 
 @pytest.mark.parametrize(("claim_id", "k"), [_slow(c, c, k) for c, k in CASES])

@@ -81,6 +81,9 @@ class InitSpec(Strict):
     high: float = Field(default=1.0, allow_inf_nan=False)
     std: float = Field(default=1.0, gt=0)
     values: list[list[float]] | None = None
+    # sphere starts: the Gram matrix I + gram_scale (G0 - I) of the drawn points' G0 (1: the points as drawn; toward 0
+    # an orthonormal frame), realised in their span with the same draws (attndyn.workflow.setup.scale_gram)
+    gram_scale: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self):
@@ -88,6 +91,8 @@ class InitSpec(Strict):
             raise ValueError("init kind = 'array' needs the key 'values'")
         if self.kind != "array" and self.values is not None:
             raise ValueError(f"key 'values' does not apply to init kind = {self.kind!r}")
+        if self.kind != "sphere" and self.gram_scale != 1:
+            raise ValueError(f"key 'gram_scale' = {self.gram_scale} applies only to init kind = 'sphere', not {self.kind!r}")
         if self.kind == "uniform" and not self.low < self.high:
             raise ValueError(f"init low = {self.low} must be below high = {self.high}")
         if self.kind == "uniform" and not math.isfinite(self.high - self.low):

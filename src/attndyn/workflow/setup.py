@@ -86,11 +86,31 @@ def initial_state(config: SimulationConfig, rng: np.random.Generator) -> np.ndar
         return rng.normal(0, init.std, (n, d))
     if init.kind == "sphere":
         x = rng.normal(size=(n, d))
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        if init.gram_scale == 1:
+            return x
+        if d < n:
+            raise ConfigError(f"init.gram_scale = {init.gram_scale} needs d >= n (the scaled Gram matrix has rank n); got d = {d}, n = {n}")
+        return scale_gram(x, init.gram_scale)
     x = np.asarray(init.values, dtype=np.float64)
     if x.shape != (n, d):
         raise ConfigError(f"init.values has shape {x.shape}; expected (n, d) = ({n}, {d})")
     return x
+
+
+def scale_gram(x: np.ndarray, lam: float) -> np.ndarray:
+    """Unit points (n, d), d >= n, with Gram matrix ``I + lam (x x^T - I)`` in the span of the rows of ``x``.
+
+    With the SVD x = U S W^T, ``M^{1/2} U W^T`` (M the scaled Gram matrix) has Gram matrix M; at lam = 1 it is x
+    itself (M^{1/2} = U S U^T), at lam = 0 the orthonormal frame U W^T nearest x. The off-diagonal inner products are
+    lam times the drawn ones, so one draw gives a family of starts whose Gram fluctuations scale as lam / d^{1/2}
+    (those of the sphere in d / lam^2 dimensions, to second order).
+    """
+    U, _, Wt = np.linalg.svd(x, full_matrices=False)
+    n = x.shape[0]
+    e, E = np.linalg.eigh(np.eye(n) + lam * (x @ x.T - np.eye(n)))
+    y = (E * np.sqrt(np.clip(e, 0.0, None))) @ E.T @ U @ Wt
+    return y / np.linalg.norm(y, axis=1, keepdims=True)
 
 
 def save_times(s: SolverSpec) -> np.ndarray:
