@@ -11,7 +11,8 @@ The bound the lazy reader is held to, with every term measured here::
 
     peak <= c + W + A + M
 
-* ``c``: the process before the model is read (Python, torch, attndyn imported), its resident set;
+* ``c``: the process before the model is read (Python, torch, safetensors, tokenizers and attndyn's readers
+  imported), its resident set;
 * ``W``: the weights' bytes in the files (all of them are paged in: the load checks every tensor once);
 * ``A``: the activations the forward pass keeps, ``(L + 1) n d 4`` (hidden states) + ``L H n^2 4``
   (attention maps) + ``n V 4`` (logits) bytes;
@@ -20,8 +21,9 @@ The bound the lazy reader is held to, with every term measured here::
 
 Target (issue 37): ``peak <= 1.2 W`` for a model near 1B parameters. The eager reader (``lazy=False``: every
 layer copied to float64, the files read into memory first) is measured on a smaller model of the same width,
-as it would not fit beside the other work of a shared machine at the large size; its bound is
-``c + 3 W + A`` (the float32 copies and the float64 layers are alive together while it reads).
+as it would not fit beside the other work of a shared machine at the large size; no bound is claimed for it
+(its float32 arrays and float64 layers are alive together while it reads, 3 W, and the allocator adds to
+that): its measured peak is printed beside the lazy reader's on the same files.
 
 Usage: ``python benchmarks/memory.py [--layers 16] [--eager-layers 4] [--width 2048] [--keep FOLDER]``.
 """
@@ -111,8 +113,11 @@ def child(folder: str, lazy: bool) -> None:
     import resource
     import time
 
+    import safetensors  # noqa: F401 (what the load imports is part of c, not of the model's memory)
+    import tokenizers  # noqa: F401
     import torch
 
+    import attndyn.models.architectures  # noqa: F401
     from attndyn.models.decoder import forward
     from attndyn.models.decoder_files import load_decoder
 
@@ -161,7 +166,7 @@ def report(name: str, c: dict, W: int, r: dict, *, eager: bool) -> None:
     M = sum(int(np.prod(s)) for s in layer_shapes(c).values()) * 4
     params = W // 4
     peak = max(r["vmhwm"], r["ru_maxrss"])
-    bound = r["rss_before"] + (3 * W if eager else W) + A + (0 if eager else M)
+    bound = r["rss_before"] + W + A + M
     print(f"\n{name}: {params / 1e9:.3f} B parameters, {L} layers of width {d}, vocabulary {V}, {n} tokens, float32")
     print(f"  W   weights in the files          {W / GiB:8.3f} GiB")
     print(f"  c   process before the load       {r['rss_before'] / GiB:8.3f} GiB")
@@ -170,8 +175,8 @@ def report(name: str, c: dict, W: int, r: dict, *, eager: bool) -> None:
     hwm, maxrss, at_load = r["vmhwm"] / GiB, r["ru_maxrss"] / GiB, r["peak_after_load"] / GiB
     print(f"  peak VmHWM / ru_maxrss            {hwm:8.3f} / {maxrss:.3f} GiB   (after the load: {at_load:.3f})")
     print(f"  resident after the forward        {r['rss_after_forward'] / GiB:8.3f} GiB")
-    formula = "c + 3 W + A" if eager else "c + W + A + M"
-    print(f"  bound {formula:<22}      {bound / GiB:8.3f} GiB   peak <= bound: {peak <= bound}")
+    if not eager:
+        print(f"  bound c + W + A + M               {bound / GiB:8.3f} GiB   peak <= bound: {peak <= bound}")
     print(f"  peak / W                          {peak / W:8.3f}    (target <= 1.2)   peak - c: {(peak - r['rss_before']) / W:.3f} W")
     print(f"  load {r['load_s']:.1f} s, forward {r['forward_s']:.2f} s")
 

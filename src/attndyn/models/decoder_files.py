@@ -415,7 +415,8 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
     def get(name: str) -> torch.Tensor:
         if name not in arrays:
             raise ModelFileError(f"{source}: the tensor {name!r} is missing")
-        return torch.from_numpy(fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}").astype(np.float32, copy=not lazy))
+        a = fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}")
+        return torch.from_numpy(a.astype(np.float32, copy=not (lazy and a.flags.writeable)))  # the GGUF reader's own map is read-only
 
     if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
         from attndyn.models.architectures import decoder_from_gguf
