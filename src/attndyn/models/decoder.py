@@ -108,10 +108,13 @@ class LazyLayers(Sequence):
     caller drops it. ``layers[k]`` holds float64 tensors, as an eagerly read decoder does; ``at(k, dtype)``
     gives them in ``dtype`` straight from what ``build`` returns (the forward pass's float32 reads a float32
     file's map without a copy; a value that ``build`` computes in float64, such as Gemma's ``1 + w``, is
-    rounded once, as the eager path's cast rounds it). ``built`` counts the layers built so far."""
+    rounded once, as the eager path's cast rounds it). ``built`` counts the layers built so far. The last
+    layer ``layers[k]`` gave is kept (one float64 layer), so that analyses asking for the same layer head
+    after head read it once; the forward pass forgets it (:func:`layer_at`) and keeps nothing."""
 
     def __init__(self, n: int, build: Callable[[int], DecoderLayer]):
         self._n, self._build, self.built = int(n), build, 0
+        self._last: tuple[int, DecoderLayer] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -122,7 +125,14 @@ class LazyLayers(Sequence):
         k = operator.index(k)
         if k < 0:
             k += self._n
-        return self.at(k, torch.float64)
+        if self._last is None or self._last[0] != k:
+            self._last = None  # freed before the next one is built
+            self._last = (k, self.at(k, torch.float64))
+        return self._last[1]
+
+    def forget(self) -> None:
+        """Drop the layer ``layers[k]`` kept."""
+        self._last = None
 
     def at(self, k: int, dtype: torch.dtype | None) -> DecoderLayer:
         """Layer ``k`` built now, every tensor in ``dtype`` (no copy of one that already is; None: as built)."""
@@ -399,7 +409,10 @@ def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: 
 def layer_at(decoder: Decoder, k: int, dtype: torch.dtype = torch.float64) -> DecoderLayer:
     """Layer ``k``: a lazily read layer built now in ``dtype`` (:meth:`LazyLayers.at`), else the layer held."""
     layers = decoder.layers
-    return layers.at(k, dtype) if isinstance(layers, LazyLayers) else layers[k]
+    if not isinstance(layers, LazyLayers):
+        return layers[k]
+    layers.forget()
+    return layers.at(k, dtype)
 
 
 def layer_masks(decoder: Decoder, n: int, device: str | torch.device = "cpu") -> list[torch.Tensor]:
