@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from attndyn.models.bert import CheckpointError
-from attndyn.models.decoder import Decoder, DecoderLayer
+from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
 
 
 @dataclass(frozen=True)
@@ -218,8 +218,14 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def read_folder(folder: str | Path) -> Decoder:
-    """A Hugging Face folder of any decoder family in :data:`FAMILIES`, in float64."""
+# the tensors kept in the file's precision (widened exactly to float32) by a lazy read: nothing is added to them
+TABLES = frozenset({"model.embed_tokens.weight", "lm_head.weight", "gpt_neox.embed_in.weight", "embed_out.weight"})
+
+
+def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
+    """A Hugging Face folder of any decoder family in :data:`FAMILIES`, in float64. ``lazy``: the layers are read
+    from the memory-mapped files one at a time when they run (in float64, as the eager read holds them), the
+    embeddings and the head kept in the file's precision (float32 at most: the forward pass casts them)."""
     from attndyn.models import decoder_files
 
     folder = Path(folder)
@@ -227,7 +233,7 @@ def read_folder(folder: str | Path) -> Decoder:
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
     biased_llama = fam.name == "llama" and (config.get("attention_bias") or config.get("mlp_bias"))
     if fam.reader in ("llama", "gpt2") and not biased_llama:
-        return decoder_files.read_hf_llama(folder)  # llama, gemma3_text and gpt2, unchanged
+        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2, unchanged
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
@@ -241,9 +247,13 @@ def read_folder(folder: str | Path) -> Decoder:
 
     def get(name: str) -> torch.Tensor | None:
         h = where.get(name)
-        return None if h is None else h.get_tensor(name).to(torch.float64)
+        if h is None:
+            return None
+        t = h.get_tensor(name)
+        return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype) if lazy and name in TABLES else t.to(torch.float64)
 
-    return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=decoder_files._folder_tokenizer(folder))
+    tokenizer = decoder_files._folder_tokenizer(folder)
+    return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=tokenizer, lazy=lazy)
 
 
 def from_transformers(model: object, tokenizer: object = None) -> Decoder:
@@ -288,8 +298,12 @@ def _rope(config: dict, where: str) -> tuple[float, float, dict | None]:
     return float(base), float(fraction if fraction is not None else 1.0), per_type
 
 
-def read_hf_family(fam: Family, config: dict, get: Callable[[str], torch.Tensor | None], *, name: str, source: str, tokenizer: object) -> Decoder:
-    """The decoder of family ``fam`` from its Hugging Face config and a tensor getter (None when absent)."""
+def read_hf_family(
+    fam: Family, config: dict, get: Callable[[str], torch.Tensor | None], *, name: str, source: str, tokenizer: object, lazy: bool = False
+) -> Decoder:
+    """The decoder of family ``fam`` from its Hugging Face config and a tensor getter (None when absent).
+    ``lazy``: each layer is built with ``get`` when it runs (:class:`~attndyn.models.decoder.LazyLayers`): the
+    family's mapping (fused maps split, norms' ``+ 1``) is applied to that layer then."""
     where = f"{source}: "
 
     def need(key: str) -> torch.Tensor:
@@ -300,8 +314,8 @@ def read_hf_family(fam: Family, config: dict, get: Callable[[str], torch.Tensor 
 
     try:
         if fam.name == "gpt_neox":
-            return _gpt_neox(fam, config, need, get, name=name, source=source, tokenizer=tokenizer)
-        return _llama_like(fam, config, need, get, name=name, source=source, tokenizer=tokenizer)
+            return _gpt_neox(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
+        return _llama_like(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
     except (KeyError, TypeError) as err:
         raise CheckpointError(f"{where}the config lacks or misstates {err}") from None
     except ValueError as err:
@@ -329,7 +343,7 @@ def _check_act(config: dict, where: str, key: str, allowed: dict[str, str]) -> s
     return allowed[act]
 
 
-def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str, tokenizer) -> Decoder:
+def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str, tokenizer, lazy: bool = False) -> Decoder:
     """llama, mistral, qwen2, qwen3, olmo2, phi3, gemma2 (and gemma3 from a live model)."""
     where = f"{source}: "
     H = int(config["num_attention_heads"])
@@ -343,8 +357,8 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     act = _check_act(config, where, "hidden_activation" if gemma else "hidden_act", {"gelu_pytorch_tanh": "gelu_tanh"} if gemma else {"silu": "silu"})
     base, fraction, per_type = _rope(config, where)
     plus = 1.0 if gemma else 0.0  # Gemma's RMSNorm multiplies by 1 + w
-    layers = []
-    for k in range(L):
+
+    def layer(k: int) -> DecoderLayer:
         p = f"model.layers.{k}."
         if fam.fused == "qkv+gate_up":  # Phi-3: q, k, v rows stacked; gate then up
             qkv = need(p + "self_attn.qkv_proj.weight")
@@ -378,19 +392,19 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
         biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") for m in "qkvo"}
         if fam.biases == "qkv" and any(biases[f"b_{m}"] is None for m in "qkv"):
             raise CheckpointError(f"{where}the tensor {p + 'self_attn.q_proj.bias'!r} (or k, v) is missing")
-        layers.append(
-            DecoderLayer(
-                W_q=W_q,
-                W_k=W_k,
-                W_v=W_v,
-                W_o=need(p + "self_attn.o_proj.weight"),
-                gate=gate,
-                up=up,
-                down=need(p + "mlp.down_proj.weight"),
-                **norms,
-                **biases,
-            )
+        return DecoderLayer(
+            W_q=W_q,
+            W_k=W_k,
+            W_v=W_v,
+            W_o=need(p + "self_attn.o_proj.weight"),
+            gate=gate,
+            up=up,
+            down=need(p + "mlp.down_proj.weight"),
+            **norms,
+            **biases,
         )
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = need("model.embed_tokens.weight")
     tied = fam.tied == "always" or config.get("tie_word_embeddings", False) or get("lm_head.weight") is None
     head = embed if tied else need("lm_head.weight")
@@ -411,14 +425,14 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
         raise CheckpointError(f"{where}soft-capping is not part of the {fam.name} family's forward pass")
     rotary_dim = int(hd * fraction)
     return Decoder(
-        name, source, embed, tuple(layers), need("model.norm.weight") + plus, head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
+        name, source, embed, layers, need("model.norm.weight") + plus, head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
         arch=fam.name, activation=act, windows=windows, rotary_dim=None if rotary_dim == hd else rotary_dim,
         pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full",
         context=config.get("max_position_embeddings"), **extra,
     )  # fmt: skip
 
 
-def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, tokenizer) -> Decoder:
+def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, tokenizer, lazy: bool = False) -> Decoder:
     """GPT-NeoX / Pythia: LayerNorm, the fused query/key/value map laid out per head ``(H, 3, hd)``,
     biases everywhere, partial rotary, the exact GELU, and (``use_parallel_residual``) a parallel residual."""
     where = f"{source}: "
@@ -428,24 +442,24 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     hd = d // H
     act = _check_act(config, where, "hidden_act", {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"})
     base, fraction, _ = _rope(config, where)
-    layers = []
-    for k in range(L):
+
+    def layer(k: int) -> DecoderLayer:
         p = f"gpt_neox.layers.{k}."
         qkv = need(p + "attention.query_key_value.weight").reshape(H, 3, hd, d)
         qkv_b = get(p + "attention.query_key_value.bias")
         qkv_b = qkv_b.reshape(H, 3, hd) if qkv_b is not None else None
         split = [qkv[:, i].reshape(H * hd, d) for i in range(3)]
         bsplit = [qkv_b[:, i].reshape(H * hd) if qkv_b is not None else None for i in range(3)]
-        layers.append(
-            DecoderLayer(
-                attn_norm=need(p + "input_layernorm.weight"), attn_norm_bias=need(p + "input_layernorm.bias"),
-                W_q=split[0], W_k=split[1], W_v=split[2], b_q=bsplit[0], b_k=bsplit[1], b_v=bsplit[2],
-                W_o=need(p + "attention.dense.weight"), b_o=get(p + "attention.dense.bias"),
-                ffn_norm=need(p + "post_attention_layernorm.weight"), ffn_norm_bias=need(p + "post_attention_layernorm.bias"),
-                gate=None, up=need(p + "mlp.dense_h_to_4h.weight"), b_up=need(p + "mlp.dense_h_to_4h.bias"),
-                down=need(p + "mlp.dense_4h_to_h.weight"), b_down=need(p + "mlp.dense_4h_to_h.bias"),
-            )
+        return DecoderLayer(
+            attn_norm=need(p + "input_layernorm.weight"), attn_norm_bias=need(p + "input_layernorm.bias"),
+            W_q=split[0], W_k=split[1], W_v=split[2], b_q=bsplit[0], b_k=bsplit[1], b_v=bsplit[2],
+            W_o=need(p + "attention.dense.weight"), b_o=get(p + "attention.dense.bias"),
+            ffn_norm=need(p + "post_attention_layernorm.weight"), ffn_norm_bias=need(p + "post_attention_layernorm.bias"),
+            gate=None, up=need(p + "mlp.dense_h_to_4h.weight"), b_up=need(p + "mlp.dense_h_to_4h.bias"),
+            down=need(p + "mlp.dense_4h_to_h.weight"), b_down=need(p + "mlp.dense_4h_to_h.bias"),
         )  # fmt: skip
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = need("gpt_neox.embed_in.weight")
     # the files call the head embed_out; a live model of transformers 5 calls it lm_head
     head = (
@@ -453,7 +467,7 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     )
     rotary_dim = int(hd * fraction)
     return Decoder(
-        name, source, embed, tuple(layers), need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
+        name, source, embed, layers, need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
         float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch="gpt_neox", activation=act, norm_kind="layer",
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
         parallel_residual=bool(config.get("use_parallel_residual", True)), context=config.get("max_position_embeddings"),
@@ -572,7 +586,7 @@ def gguf_name(hf: str, family: str = "llama") -> str | None:
 GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
 
 
-def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object) -> Decoder:
+def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
     """A GGUF file of a registry family other than llama and gemma3, from its dequantized tensors and
     metadata, its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
 
@@ -631,4 +645,4 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
             a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
         return torch.from_numpy(a.copy())
 
-    return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer)
+    return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer, lazy=lazy)

