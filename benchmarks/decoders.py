@@ -5,6 +5,12 @@ and records every layer's hidden state (attndyn also every attention map; transf
 ``output_hidden_states``). Rounds alternate the two; medians are reported, with the ratio, the
 time of the second (cached) load, and the token geometry of 64 prompts of 64 tokens (all layers).
 Usage: ``python benchmarks/decoders.py [--rounds 7]``.
+
+``--page smollm2|gemma3`` times ``attndyn checkpoint MODEL`` instead (issue 34: the page with its nulls
+and intervals in <= 2 min on 2 cores): the page's own code (:func:`attndyn.app.decoder_page.decoder_report`,
+float64 as the command runs it, the CLI's thread count: one unless ``ATTNDYN_THREADS`` says more), each
+stage's wall and CPU (process) time from the page's progress messages, medians of ``--rounds`` runs.
+Start it beside ``python -c "while True: pass"`` for the time with one competing process.
 """
 
 from __future__ import annotations
@@ -19,10 +25,52 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def page(model: str, rounds: int) -> None:
+    """The checkpoint page's stages: wall and CPU seconds each, medians over ``rounds`` runs."""
+    import resource
+    import tempfile
+    from pathlib import Path
+
+    from attndyn.app.decoder_page import decoder_report
+    from attndyn.core.threads import set_process_default
+    from attndyn.models.prompts import PROMPTS
+
+    threads = set_process_default()  # what the CLI does: one thread unless ATTNDYN_THREADS says more
+    runs = []
+    for _ in range(rounds):
+        marks = [("start", time.perf_counter(), time.process_time())]
+        with tempfile.TemporaryDirectory() as tmp:
+            decoder_report(
+                model,
+                prompts=list(PROMPTS),
+                out=Path(tmp) / "page",
+                dtype=torch.float64,
+                progress=lambda msg, marks=marks: marks.append((msg, time.perf_counter(), time.process_time())),
+            )
+        marks.append(("end", time.perf_counter(), time.process_time()))
+        runs.append(marks)
+    names = [m[0] for m in runs[0][1:-1]]
+    print(f"attndyn checkpoint {model}: {os.cpu_count()} cores, {threads} torch thread(s), float64, medians of {rounds} run(s)")
+    print(f"{'stage':<96} {'wall s':>8} {'CPU s':>8}")
+    for k, name in enumerate(names):
+        wall = statistics.median(r[k + 2][1] - r[k + 1][1] for r in runs)
+        cpu = statistics.median(r[k + 2][2] - r[k + 1][2] for r in runs)
+        print(f"{name[:96]:<96} {wall:8.1f} {cpu:8.1f}")
+    wall = statistics.median(r[-1][1] - r[0][1] for r in runs)
+    cpu = statistics.median(r[-1][2] - r[0][2] for r in runs)
+    print(f"{'total (target: <= 120 s wall on 2 cores)':<96} {wall:8.1f} {cpu:8.1f}")
+    print(f"peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 for the forward, 1 for --page)")
+    parser.add_argument("--page", choices=("smollm2", "gemma3"), default=None, help="time the checkpoint page of this model instead")
     opts = parser.parse_args()
+    if opts.page:
+        page(opts.page, opts.rounds or 1)
+        return
+    opts.rounds = opts.rounds or 7
     import transformers
 
     from attndyn.models import decoder_geometry as geo

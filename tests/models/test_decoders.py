@@ -474,3 +474,30 @@ def test_leaders_are_the_columns_that_receive_the_most_attention(tmp_path):
     assert len(t["real_leaders"]) == len(t["twin_leaders"]) == geo.LEADERS_TOP
     assert 0.0 <= t["leader_overlap"] <= 1.0
     assert t["real_leaders"] == geo.leaders_of(fw.attentions[1].numpy())
+
+
+def test_the_page_s_faster_paths_give_the_same_numbers(tmp_path):
+    """Issue 34's speedups change no number: a decoder held in float64 (``with_dtype``) and a forward without
+    logits give bit-identical hidden states and attention maps to the plain float64 forward of the float32
+    weights; ``twins`` (the twin weights built once per layer) gives every value ``twin`` gives per prompt."""
+    from attndyn.models import decoder_geometry as geo
+    from attndyn.models.decoder import with_dtype
+
+    model, folder = tiny_llama(tmp_path, heads=4, kv_heads=2)
+    dec = with_dtype(read_hf_llama(folder), torch.float32)  # float32 weights, as a GGUF file's are read
+    assert dec.layers[0].W_q.dtype == torch.float32  # the cast is what is being skipped
+    ids = [[1, 5, 9, 2, 7, 3, 8], [4, 4, 6, 1, 0, 2]]
+    run = with_dtype(dec, torch.float64)
+    assert run.layers[0].W_q.dtype == torch.float64
+    assert torch.equal(run.layers[0].W_q, dec.layers[0].W_q.double())
+    for i in ids:
+        want = forward(dec, i, dtype=torch.float64)
+        got = forward(run, i, dtype=torch.float64, logits=False)
+        assert got.logits is None
+        assert torch.equal(got.hidden, want.hidden)
+        assert torch.equal(got.attentions, want.attentions)
+        assert torch.equal(forward(run, i, dtype=torch.float64).logits, want.logits)
+    fws = [forward(dec, i, dtype=torch.float64) for i in ids]
+    got = geo.twins(run, fws, (0, 1))
+    want = [{**geo.twin(dec, fw, k), "prompt": p} for k in (0, 1) for p, fw in enumerate(fws)]
+    assert got == want

@@ -40,7 +40,7 @@ from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
 from attndyn.models.architectures import default_twin_layers, twin_refusal
 from attndyn.models.bert import CheckpointError
-from attndyn.models.decoder import Decoder, forward
+from attndyn.models.decoder import Decoder, forward, with_dtype
 from attndyn.models.decoder_files import load_decoder
 from attndyn.workflow import ownership
 from attndyn.workflow.files import atomic_write_text, write_json
@@ -73,28 +73,33 @@ def describe_file(name: str, source: str) -> dict:
     return {"file": file, "quantisation": quant, "tuning": "instruct" if tuned else "base"}
 
 
-def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0) -> dict:
+def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0, random_dec: Decoder | None = None) -> dict:
+    """The three nulls' forward passes (no logits: the geometry does not read them). ``random_dec``: the
+    random-weights decoder of ``seed`` when the caller drew it already (it is the same for every prompt set)."""
     rng = np.random.default_rng(seed)
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
-    random_dec = nulls.random_decoder(dec, seed)
+    random_dec = with_dtype(nulls.random_decoder(dec, seed), dtype) if random_dec is None else random_dec
     return {
-        "uniform": [forward(dec, i, dtype=dtype, attention="uniform") for i in ids],
-        "random": [forward(random_dec, i, dtype=dtype) for i in ids],
-        "shuffled": [forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype) for i in ids],
+        "uniform": [forward(dec, i, dtype=dtype, attention="uniform", logits=False) for i in ids],
+        "random": [forward(random_dec, i, dtype=dtype, logits=False) for i in ids],
+        "shuffled": [forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype, logits=False) for i in ids],
     }
 
 
-def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False) -> tuple[list, dict, dict]:
+def prompt_set_study(
+    dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False, random_dec: Decoder | None = None
+) -> tuple[list, dict, dict]:
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
     intervals and nulls) and the set's summary (Sink_1^eps, the sentences). With ``cut`` (the shipped
     prompts, a default that must fit the model read) a prompt longer than the context is cut to it; a
-    prompt the user gave is refused instead (``forward``'s PromptError names the context)."""
+    prompt the user gave is refused instead (``forward``'s PromptError names the context). ``random_dec``:
+    the random-weights null's decoder (seed 0), drawn here when not given."""
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
     ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
-    fws = [forward(dec, i, dtype=dtype) for i in ids]
+    fws = [forward(dec, i, dtype=dtype, logits=False) for i in ids]
     values = geo.layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
-    null_values = {k: geo.layer_values(v, clusters=False) for k, v in _null_forwards(dec, ids, dtype).items()}
+    null_values = {k: geo.layer_values(v, clusters=False) for k, v in _null_forwards(dec, ids, dtype, random_dec=random_dec).items()}
     layers = list(range(len(rows)))
     sentences, diffs = [], {}
     for key in geo.NULL_KEYS:
@@ -225,11 +230,15 @@ def decoder_report(
     prompt_set = prompt_set or ("the shipped prompts" if shipped else "the given prompts")
     step(f"forward passes and token geometry of {len(prompts)} prompts and their three nulls")
     pool = f"{prompt_set} ({len(prompts)})"
-    fws, layers, study = prompt_set_study(dec, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped)
+    # the weights held in the run's dtype once (forward casts each weight on each call otherwise): the same numbers
+    run, random_dec = with_dtype(dec, dtype), with_dtype(nulls.random_decoder(dec, 0), dtype)
+    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, random_dec=random_dec)
     held_study = None
     if held:
         step(f"the held-out set: {len(held)} prompts and their nulls")
-        _, held_layers, held_study = prompt_set_study(dec, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped)
+        _, held_layers, held_study = prompt_set_study(
+            run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped, random_dec=random_dec
+        )
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
     step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins")
     heads = geo.head_table(dec)
@@ -237,8 +246,9 @@ def decoder_report(
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
     step("particle twins")
-    twins = [{**geo.twin(dec, fw, k), "prompt": i} for k in twin_layers for i, fw in enumerate(fws[:TWIN_PROMPTS])]
+    twins = geo.twins(run, fws[:TWIN_PROMPTS], twin_layers)
     summary, leaders = twin_summary(twins, twin_layers)
+    step("figures and the page")
     about = describe_file(dec.name, dec.source)
     title = f"{about['file']} ({about['tuning']}, {about['quantisation']}, run in {str(dtype).removeprefix('torch.')})"
     depth = np.arange(L + 1)

@@ -43,6 +43,9 @@ Contract
   the next one, so its memory is the file's pages, one layer's temporaries and the activations
   (``benchmarks/memory.py`` measures it). ``layers[k]`` gives the float64 layer an eager read holds; the
   numbers are the eager ones bit for bit (a float32 value is exact in float64).
+* ``with_dtype(decoder, dtype)``: the layers' weights held in ``dtype``, so that a study of many prompts
+  does not cast every weight on every forward pass (the same numbers); ``forward(..., logits=False)``
+  leaves out the output head, which the token geometry does not read.
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -452,10 +455,14 @@ def forward(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
     attention: str = "softmax",
+    logits: bool = True,
 ) -> Forward:
     """The network on the token ids ``ids`` (one sequence), recording every layer (module docstring).
     ``attention="uniform"`` replaces every head's attention by the uniform average over the tokens its
-    mask lets it see (a null model: the geometry the mask and the other maps give without the scores)."""
+    mask lets it see (a null model: the geometry the mask and the other maps give without the scores).
+    ``logits=False`` leaves the output head out (``Forward.logits`` is None). Every weight is cast to
+    ``dtype`` on each call; a decoder from :func:`with_dtype` makes those casts no-ops for a run of
+    many prompts (the same numbers: a cast is exact and deterministic)."""
     if attention not in ("softmax", "uniform"):
         raise ValueError(f"attention {attention!r} is not 'softmax' or 'uniform'")
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device)
@@ -492,10 +499,22 @@ def forward(
             x = x + feedforward_sublayer(decoder, k_layer, x, cast, layer=layer)
         del layer, out
         hidden.append(x)
-    logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
-    if decoder.final_softcap is not None:
-        logits = torch.tanh(logits / decoder.final_softcap) * decoder.final_softcap
-    return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), logits)
+    out_logits = None
+    if logits:
+        out_logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
+        if decoder.final_softcap is not None:
+            out_logits = torch.tanh(out_logits / decoder.final_softcap) * decoder.final_softcap
+    return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), out_logits)
+
+
+def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
+    """The decoder with every layer's tensors, the final norm and the position embeddings held in ``dtype``
+    (the token embeddings and the output head stay as read: :func:`forward` casts only the rows it takes,
+    and the head only when it computes logits). ``forward`` on it gives the same numbers as on
+    ``decoder`` in ``dtype`` (a cast is exact and deterministic) without casting every weight on every call."""
+    cast = lambda t: None if t is None else t.to(dtype=dtype)  # noqa: E731
+    layers = tuple(dataclasses.replace(L, **{f.name: cast(getattr(L, f.name)) for f in dataclasses.fields(L)}) for L in decoder.layers)
+    return dataclasses.replace(decoder, layers=layers, norm=cast(decoder.norm), norm_bias=cast(decoder.norm_bias), pos_embed=cast(decoder.pos_embed))
 
 
 def head_weights(decoder: Decoder, layer: int, head: int) -> Weights:

@@ -284,8 +284,8 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
     return out
 
 
-def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0) -> Model:
-    """Layer ``layer``'s attention as a particle model on the sphere under Pre-LN (see the module docstring)."""
+def _twin_weights(decoder: Decoder, layer: int) -> Weights:
+    """Layer ``layer``'s heads with RMSNorm's weights folded in (the particle twin's Q, K, V)."""
     L, d = decoder.layers[layer], decoder.d_model
     fold = torch.diag(L.attn_norm.double()) * math.sqrt(d)  # RMSNorm(x) = sqrt(d) (x / |x|) * w
     Qs, Ks, Vs = [], [], []
@@ -294,7 +294,13 @@ def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0) -> Model:
         Qs.append(W.Q[0] @ fold)
         Ks.append(W.K[0] @ fold)
         Vs.append(W.V[0] @ fold)
-    weights = Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs))
+    return Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs))
+
+
+def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0, weights: Weights | None = None) -> Model:
+    """Layer ``layer``'s attention as a particle model on the sphere under Pre-LN (see the module docstring);
+    ``weights``: the layer's :func:`_twin_weights`, when the caller has them (they do not depend on ``scale``)."""
+    weights = _twin_weights(decoder, layer) if weights is None else weights
     return Model(weights, beta=scale / math.sqrt(decoder.head_dim), mask="causal", geometry="sphere", scheme="pre")
 
 
@@ -349,9 +355,22 @@ def leaders_of(P: np.ndarray, top: int = LEADERS_TOP) -> list[int]:
     return [int(j) for j in np.argsort(-column_mass(P))[:top]]
 
 
-def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> dict:
+def twins(decoder: Decoder, forwards: list[Forward], layers: tuple[int, ...], **kw) -> list[dict]:
+    """:func:`twin` of every layer in ``layers`` on every forward pass (layer-major, each with its ``prompt``
+    index), the layer's twin weights built once for all its prompts and scales."""
+    out = []
+    for layer in layers:
+        weights = _twin_weights(decoder, layer) if decoder.norm_kind == "rms" else None
+        out += [{**twin(decoder, fw, layer, weights=weights, **kw), "prompt": i} for i, fw in enumerate(forwards)]
+    return out
+
+
+def twin(
+    decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0), weights: Weights | None = None
+) -> dict:
     """The particle twin of one layer against the real next layer (see the module docstring), and
-    the leaders the twin's flow predicts (its attention after ``LEADERS_T``) against the real layer's."""
+    the leaders the twin's flow predicts (its attention after ``LEADERS_T``) against the real layer's.
+    ``weights``: the layer's :func:`_twin_weights` when the caller has them (:func:`twins`)."""
     if decoder.norm_kind != "rms":
         raise ValueError(
             f"{decoder.name}: the particle twin is Pre-LN on the sphere (RMSNorm); its LayerNorm removes the mean and adds a bias, "
@@ -359,7 +378,8 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         )
     x = fw.hidden[layer].double().numpy()
     real = fw.hidden[layer + 1].double().numpy()
-    model = _twin_model(decoder, layer)
+    weights = _twin_weights(decoder, layer) if weights is None else weights
+    model = _twin_model(decoder, layer, weights=weights)
     step = x + velocity(0.0, x, model)
     flow = simulate(model, x, [0.0, 1.0], solver=RK4(), step=FixedStep(0.125)).numpy()[1][-1]
     late = simulate(model, x, [0.0, LEADERS_T], solver=RK4(), step=FixedStep(0.5)).numpy()[1][-1]  # leaders need no fine steps
@@ -372,7 +392,7 @@ def twin(decoder: Decoder, fw: Forward, layer: int, *, scales: tuple[float, ...]
         "network_clusters_last": stable_cluster_count(last / np.linalg.norm(last, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).count,
     }
     real_leaders = leaders_of(fw.attentions[layer].double().numpy())
-    by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s)), real) for s in scales}
+    by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s, weights)), real) for s in scales}
     best = min(by_scale, key=by_scale.get)
     variants = {}
     for name, rope, ffn in VARIANTS:
