@@ -124,11 +124,13 @@ def test_hf_folder_forward_equals_transformers_in_float64(tmp_path, heads, kv_he
     assert_matches(ours, reference(float64_reference(model), IDS), 1e-10)
 
 
-def tiny_gpt2(tmp_path, *, seed=0):
-    """A random GPT2LMHeadModel (LayerNorm with biases, learned positions, biased Conv1D maps), saved as safetensors."""
+def tiny_gpt2(tmp_path, *, seed=0, **override):
+    """A random GPT2LMHeadModel (LayerNorm with biases, learned positions, biased Conv1D maps), saved as safetensors;
+    ``override``: GPT2Config arguments."""
     torch.manual_seed(seed)
     config = transformers.GPT2Config(
-        vocab_size=97, n_positions=32, n_embd=32, n_layer=3, n_head=4, activation_function="gelu_new", attn_implementation="eager"
+        **{"vocab_size": 97, "n_positions": 32, "n_embd": 32, "n_layer": 3, "n_head": 4, "activation_function": "gelu_new"} | override,
+        attn_implementation="eager",
     )
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # norms and biases away from 1 and 0, so that a misplaced one shows

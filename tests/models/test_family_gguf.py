@@ -15,10 +15,13 @@ attndyn's own name table):
   - Gemma 2: every norm weight stored as ``1 + w`` (``data_torch + 1``), ``lm_head`` dropped;
   - GPT-NeoX: the fused query/key/value rows, per head ``(H, 3, hd)`` in transformers, restacked as
     ``(3, H, hd)`` (``GPTNeoXModel.modify_tensors``), weights and biases;
+  - GPT-2 (``GPT2Model``): each ``Conv1D`` weight, stored (in, out) by transformers, transposed to (out, in)
+    (``c_attn``, both ``c_proj``, ``c_fc``); the token embedding written a second time as ``output.weight``
+    (tied in the model); ``feed_forward_length`` is ``4 * n_embd`` and the context ``n_positions``;
   - OLMo-2, Phi-3 (fused ``qkv_proj`` -> ``attn_qkv``, ``gate_up_proj`` -> ``ffn_up``), GPT-NeoX and
     Gemma 2 run NEOX RoPE in llama.cpp: no permutation.
 
-Where transformers has a GGUF loader for the architecture (llama, phi3, gemma2), it reads the written file
+Where transformers has a GGUF loader for the architecture (llama, phi3, gemma2, gpt2), it reads the written file
 back to exactly the model's weights: an independent check of the writer's names and changes. For each
 family, leaving out one converter change (the permutation, the ``+ 1``, the restacking) makes the
 oracle miss by more than 1e-3: the oracle sees each mapping.
@@ -32,6 +35,7 @@ import torch
 
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import load_decoder
+from tests.models.test_decoders import tiny_gpt2
 from tests.models.test_families import CONFIGS, IDS, differences, exact_reference, reference, tiny
 
 gguf = pytest.importorskip("gguf")
@@ -45,8 +49,17 @@ GGUF_FAMILIES = {
     "gpt_neox": ("gptneox", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}}),
     "phi3": ("phi3", {}),
     "gemma2": ("gemma2", ROPE_10K | {"query_pre_attn_scalar": 8}),  # the converter writes neither; llama.cpp's defaults
+    "gpt2": ("gpt2", {}),  # test_decoders.tiny_gpt2 with GPT2 below
 }
-BREAKS = {"mistral": "permute", "gemma2": "plus_one", "gpt_neox": "restack", "phi3": "swap_gate_up", "olmo2": "swap_post_norms"}
+GPT2 = {"vocab_size": 64, "n_positions": 64}  # the vocabulary of the other tiny models; a context that holds the CLI's prompts
+BREAKS = {
+    "mistral": "permute",
+    "gemma2": "plus_one",
+    "gpt_neox": "restack",
+    "phi3": "swap_gate_up",
+    "olmo2": "swap_post_norms",
+    "gpt2": "keep_c_proj",  # the attention's square output map left (in, out): the shapes still fit
+}
 
 
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -73,6 +86,8 @@ def write_like_llama_cpp(
 ) -> None:
     """The model as convert_hf_to_gguf.py writes it (module docstring); ``skip`` leaves one change out;
     ``raw``: GGUF name -> (bytes, tensor type) written in place of the model's tensor (the quantization tests)."""
+    if arch == "gpt2":
+        return write_gpt2_like_llama_cpp(model, path, skip=skip, tokens=tokens)
     cfg = model.config
     L, H, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
     KV = getattr(cfg, "num_key_value_heads", None) or H
@@ -140,13 +155,52 @@ def write_like_llama_cpp(
     w.close()
 
 
+def write_gpt2_like_llama_cpp(model, path, *, skip: str = "", tokens: list[str] | None = None) -> None:
+    """convert_hf_to_gguf.py's GPT2Model: its metadata keys, each Conv1D weight transposed, the token embedding
+    written again as ``output.weight``; ``skip="keep_c_proj"`` leaves the attention's output map untransposed."""
+    cfg = model.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT2, cfg.n_layer)
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_block_count(cfg.n_layer)
+    w.add_context_length(cfg.n_positions)  # the converter reads config.json's n_ctx, which GPT-2's hub configs set to n_positions
+    w.add_embedding_length(cfg.n_embd)
+    w.add_feed_forward_length(4 * cfg.n_embd)
+    w.add_head_count(cfg.n_head)
+    w.add_layer_norm_eps(cfg.layer_norm_epsilon)
+    if tokens:
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_merges(["t h"])
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied: not in the model's safetensors file
+        a = t.float().numpy()
+        if name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")) and not (skip == "keep_c_proj" and "attn.c_proj" in name):
+            a = a.T
+        g = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert g is not None, name
+        w.add_tensor(g, np.ascontiguousarray(a))
+        if g == "token_embd.weight":
+            w.add_tensor("output.weight", np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def tiny_gguf(family: str, tmp_path, *, skip: str = "", **more):
     arch, override = GGUF_FAMILIES[family]
-    model, folder = tiny(family, tmp_path, **(override | more))
+    model, folder = tiny_gpt2(tmp_path, **GPT2) if family == "gpt2" else tiny(family, tmp_path, **(override | more))
     on_grid(model)
     path = tmp_path / f"{family}{'-' + skip if skip else ''}.gguf"
     write_like_llama_cpp(model, path, arch, skip=skip)
     return model, folder, path
+
+
+def oracle(model):
+    """transformers' model with its float32 islands widened (test_families.exact_reference); GPT-2 has none
+    but the attention softmax, which reference() widens (its positions are learned, its LayerNorm float64)."""
+    return model if model.config.model_type == "gpt2" else exact_reference(model)
 
 
 VARIANTS = {"gpt_neox sequential": ("gpt_neox", {"use_parallel_residual": False}), "phi3 no window": ("phi3", {"sliding_window": None})}
@@ -161,7 +215,7 @@ def test_family_gguf_equals_transformers_in_float64(tmp_path, monkeypatch, famil
     model, _, path = tiny_gguf(family, tmp_path, **more)
     dec = load_decoder(path)
     assert dec.arch == ("llama" if family == "mistral" else family)
-    d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(exact_reference(model), IDS))
+    d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(oracle(model), IDS))
     print(f"\n{family} (GGUF {GGUF_FAMILIES[family][0]}): largest difference to transformers {d}")
     assert max(d.values()) < 1e-10, d
 
@@ -180,17 +234,19 @@ def test_what_the_gguf_families_switch_on(tmp_path, monkeypatch):
     assert not decs["olmo2"].pre_norm
     assert decs["olmo2"].qk_norm_full
     assert decs["mistral"].windows is None
+    assert (decs["gpt2"].positions, decs["gpt2"].norm_kind, decs["gpt2"].pos_embed.shape) == ("learned", "layer", (64, 32))
     assert load_decoder(tiny_gguf("phi3", tmp_path / "w0", sliding_window=None)[2]).windows is None
     assert not load_decoder(tiny_gguf("gpt_neox", tmp_path / "seq", use_parallel_residual=False)[2]).parallel_residual
     assert len(IDS) > 4
 
 
-@pytest.mark.parametrize("family", ["mistral", "phi3", "gemma2"])
+@pytest.mark.parametrize("family", ["mistral", "phi3", "gemma2", "gpt2"])
 def test_transformers_gguf_loader_reads_the_written_file_back_to_the_model(tmp_path, family):
     """An independent reader of the same file (transformers' GGUF loader undoes the permutation and the
     ``+ 1`` itself): the written names and changes are llama.cpp's."""
     model, _, path = tiny_gguf(family, tmp_path)
-    extra = {"head_dim": 8} if family != "phi3" else {}
+    # transformers maps gpt2.context_length to n_ctx, not to n_positions (wpe's rows), which it leaves at 1024
+    extra = {"phi3": {}, "gpt2": {"n_positions": 64}}.get(family, {"head_dim": 8})
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
         str(tmp_path), gguf_file=path.name, dtype=torch.float32, vocab_size=64, pad_token_id=0, **extra
     )
@@ -204,7 +260,7 @@ def test_each_mapping_left_out_is_seen_by_the_oracle(tmp_path, monkeypatch, fami
     monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
     model, _, path = tiny_gguf(family, tmp_path, skip=BREAKS[family])
     dec = load_decoder(path)
-    d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(exact_reference(model), IDS))
+    d = differences(dec, forward(dec, IDS, dtype=torch.float64), reference(oracle(model), IDS))
     assert max(d.values()) > 1e-3, d
 
 
@@ -228,7 +284,7 @@ PROMPTS = [WORDS, " ".join(reversed(WORDS.split()))]
 TOKENS = ["<unk>", "\u0120", "th", *"abcdefghijklmnopqrstuvwxyz"]
 CLI_GGUF = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"} | {f: a for f, (a, _) in GGUF_FAMILIES.items()}
 # layers, heads, key/value heads of each tiny model
-SHAPES = {f: (2, 4, 4 if f in ("gpt_neox", "gpt2") else 2) for f in CONFIGS} | {"gpt2": (2, 4, 4), "gemma3": (7, 4, 2)}
+SHAPES = {f: (2, 4, 4 if f == "gpt_neox" else 2) for f in CONFIGS} | {"gpt2": (2, 4, 4), "gemma3": (7, 4, 2)}
 CLI_FOLDERS = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3", "gpt_neox", "gpt2", "phi3"]
 
 
@@ -238,11 +294,7 @@ def _cli_model(family: str, tmp_path):
 
         return tiny_gemma3(tmp_path)
     if family == "gpt2":
-        torch.manual_seed(0)
-        config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=32, n_layer=2, n_head=4, attn_implementation="eager")
-        folder = tmp_path / "gpt2"
-        transformers.GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
-        return None, folder
+        return tiny_gpt2(tmp_path, **GPT2, n_layer=2)
     override = GGUF_FAMILIES.get(family, ("", {}))[1] | ({"use_sliding_window": False} if family == "qwen2" else {})
     model, folder = tiny(family, tmp_path, **override)
     on_grid(model)

@@ -133,6 +133,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "gpt2",
             ("gpt2",),
+            ("gpt2",),
             norm="layer",
             biases="all",
             rotary="learned",
@@ -599,6 +600,8 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
     epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
     is llama.cpp's rule."""
     fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
+    if fam.name == "gpt2":
+        return gpt2_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
     H, d = meta["heads"], meta["d"]
     hd = meta.get("head_dim") or d // H
     config = {
@@ -646,3 +649,50 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
         return torch.from_numpy(a.copy())
 
     return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer, lazy=lazy)
+
+
+def gpt2_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
+    """A GGUF file of architecture ``gpt2`` (llama.cpp's ``GPT2Model`` converter). The converter transposes
+    GPT-2's ``Conv1D`` maps (stored (in, out) by transformers) into the (out, in) layout of a linear map,
+    which is the decoder's, so they are read as they are; the fused ``attn_qkv`` rows are all query rows,
+    then key, then value rows; every map and both LayerNorms carry biases; ``position_embd`` holds the
+    learned positions, one row per position of ``context_length``; the tanh GELU. A file without
+    ``output.weight`` ties the output head to the token embedding, as llama.cpp does."""
+    from attndyn.models.decoder_files import check_tokenizer
+
+    H, d, L = meta["heads"], meta["d"], meta["layers"]
+    if meta["kv_heads"] != H:
+        raise CheckpointError(f"{source}: gpt2.attention.head_count_kv = {meta['kv_heads']}; GPT-2 has no grouped-query attention (head_count = {H})")
+
+    def get(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(arrays[name], dtype=np.float32).copy())
+
+    def layer(k: int) -> DecoderLayer:
+        b = f"blk.{k}."
+        fused = {"W": get(b + "attn_qkv.weight"), "b": get(b + "attn_qkv.bias")}  # rows: all q, then k, then v
+        qkv = {f"{kind}_{m}": t[i * d : (i + 1) * d] for kind, t in fused.items() for i, m in enumerate("qkv")}
+        return DecoderLayer(
+            **qkv,
+            attn_norm=get(b + "attn_norm.weight"),
+            W_o=get(b + "attn_output.weight"),
+            ffn_norm=get(b + "ffn_norm.weight"),
+            gate=None,
+            up=get(b + "ffn_up.weight"),
+            down=get(b + "ffn_down.weight"),
+            attn_norm_bias=get(b + "attn_norm.bias"),
+            ffn_norm_bias=get(b + "ffn_norm.bias"),
+            b_o=get(b + "attn_output.bias"),
+            b_up=get(b + "ffn_up.bias"),
+            b_down=get(b + "ffn_down.bias"),
+        )
+
+    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
+    embed = get("token_embd.weight")
+    head = get("output.weight") if "output.weight" in arrays else embed
+    check_tokenizer(tokenizer, int(embed.shape[0]), source)
+    pos = get("position_embd.weight")
+    return Decoder(
+        meta.get("name", Path(source).stem), source, embed, layers, get("output_norm.weight"), head, H, H, d // H, 0.0,
+        meta["eps"], tokenizer, arch="gpt2", activation="gelu_tanh", norm_kind="layer", norm_bias=get("output_norm.bias"),
+        positions="learned", pos_embed=pos, context=int(pos.shape[0]),
+    )  # fmt: skip

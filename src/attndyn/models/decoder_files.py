@@ -147,6 +147,9 @@ def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
 # --- GGUF ----------------------------------------------------------------------------------------
 
 
+LAYERNORM_ARCHS = ("gptneox", "gpt2")  # GGUF architectures with LayerNorm (their epsilon: attention.layer_norm_epsilon)
+
+
 def gguf_spec(arch: str) -> dict:
     """The GGUF metadata the reader uses, typed (:func:`attndyn.models.file_checks.typed`)."""
     return {
@@ -157,8 +160,8 @@ def gguf_spec(arch: str) -> dict:
         f"{arch}.attention.key_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.feed_forward_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.rope.freq_base": Real(above=1.0, required=False, default=10000.0),
-        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=arch != "gptneox"),
-        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=arch == "gptneox"),  # LayerNorm (GPT-NeoX)
+        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=arch not in LAYERNORM_ARCHS),
+        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=arch in LAYERNORM_ARCHS),  # LayerNorm (GPT-NeoX, GPT-2)
         f"{arch}.rope.dimension_count": Int(2, MAX_WIDTH, required=False),  # partial rotary (GPT-NeoX, Phi-3)
         f"{arch}.use_parallel_residual": Flag(default=True),  # GPT-NeoX
         f"{arch}.attn_logit_softcapping": Real(above=0.0, required=False),  # Gemma 2
@@ -210,7 +213,7 @@ def _gguf_meta(reader, path: Path) -> dict:
         if d % H:
             raise ModelFileError(f"{path}: {arch}.embedding_length = {d} does not split into head_count = {H} heads")
         hd = d // H
-    if hd % 2:
+    if hd % 2 and arch != "gpt2":  # GPT-2: learned positions, no RoPE
         raise ModelFileError(f"{path}: the head dimension {hd} is odd; RoPE rotates pairs")
     return {
         "arch": arch,
@@ -221,7 +224,7 @@ def _gguf_meta(reader, path: Path) -> dict:
         "head_dim": hd,
         "ffn": v[f"{arch}.feed_forward_length"],
         "rope_base": v[f"{arch}.rope.freq_base"],
-        "eps": v[f"{arch}.attention.layer_norm_epsilon" if arch == "gptneox" else f"{arch}.attention.layer_norm_rms_epsilon"],
+        "eps": v[f"{arch}.attention.layer_norm_epsilon" if arch in LAYERNORM_ARCHS else f"{arch}.attention.layer_norm_rms_epsilon"],
         "rope_dims": v[f"{arch}.rope.dimension_count"],
         "parallel_residual": v[f"{arch}.use_parallel_residual"],
         "attn_softcap": v[f"{arch}.attn_logit_softcapping"],
@@ -281,8 +284,12 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
     if meta["arch"] == "qwen2":
         per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
     per_layer = _family_gguf_layers(meta["arch"], per_layer, H=H, KV=KV, d=d, hd=hd, f=f)
-    if meta["arch"] == "gptneox":
+    if meta["arch"] in LAYERNORM_ARCHS:
         shapes["output_norm.bias"] = (d,)
+    if meta["arch"] == "gpt2":  # learned positions: one row per position of the context
+        if meta["context"] is None:
+            raise ModelFileError(f"{path}: the metadata key 'gpt2.context_length' is missing; it gives position_embd.weight's rows")
+        shapes["position_embd.weight"] = (meta["context"], d)
     scaled = sorted(n for n in found if n.startswith(("rope_factors", "rope_freqs")) or n.endswith("rope_freqs.weight"))
     if scaled:
         raise ModelFileError(f"{path}: the tensor {scaled[0]!r} scales RoPE, which the forward pass does not implement (only unscaled RoPE)")
@@ -309,7 +316,7 @@ def _family_gguf_layers(arch: str, per_layer: dict, *, H: int, KV: int, d: int, 
     if arch == "phi3":  # fused q, k, v rows; gate and up stacked in ffn_up
         qkv = (H + 2 * KV) * hd
         return {"attn_norm": (d,), "attn_qkv": (qkv, d), "attn_output": (d, H * hd), "ffn_norm": (d,), "ffn_up": (2 * f, d), "ffn_down": (d, f)}
-    if arch == "gptneox":  # LayerNorm, biases everywhere, fused q, k, v (llama.cpp stacks all q rows, then k, then v)
+    if arch in LAYERNORM_ARCHS:  # LayerNorm, biases everywhere, fused q, k, v (all q rows, then k, then v; GPT-2: Conv1D as (out, in))
         weights = {"attn_norm": (d,), "attn_qkv": (3 * d, d), "attn_output": (d, d), "ffn_norm": (d,), "ffn_up": (f, d), "ffn_down": (d, f)}
         return weights | {f"{k}.bias": (shape[0],) for k, shape in weights.items()}
     return per_layer
