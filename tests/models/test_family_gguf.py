@@ -23,7 +23,7 @@ attndyn's own name table):
 
 Where transformers has a GGUF loader for the architecture (llama, phi3, gemma2, gpt2), it reads the written file
 back to exactly the model's weights: an independent check of the writer's names and changes. For each
-family, leaving out one converter change (the permutation, the ``+ 1``, the restacking) makes the
+family, leaving out one converter change (the permutation, the ``+ 1``, the restacking, a transpose) makes the
 oracle miss by more than 1e-3: the oracle sees each mapping.
 """
 

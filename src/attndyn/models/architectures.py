@@ -16,7 +16,8 @@ Contract
   they are (no copy; the forward pass casts one layer at a time).
 * ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
   ``qwen3``, ``olmo2``, ``gemma2``, ``gptneox``, ``phi3``), its tensors renamed from llama.cpp's names
-  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is.
+  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is;
+  ``gpt2`` by :func:`gpt2_from_gguf` (its layout is already the decoder's).
   Mistral has no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
