@@ -336,3 +336,14 @@ def test_attndyn_checkpoint_reads_a_gguf_file_of_each_family(tmp_path, monkeypat
     record = _run_checkpoint(path, tmp_path)
     assert (record["layers"], record["heads"], record["kv_heads"]) == SHAPES[family]
     assert record["source"] == str(path)
+
+
+def test_a_gpt2_gguf_file_without_its_context_length_is_refused_naming_the_key(tmp_path, monkeypatch):
+    """GPT-2's learned positions have one row per position: the file's context length sets position_embd's shape."""
+    from attndyn.models.bert import CheckpointError
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf.GGUFWriter, "add_context_length", lambda self, n: None)
+    _, _, path = tiny_gguf("gpt2", tmp_path)
+    with pytest.raises(CheckpointError, match="'gpt2.context_length' is missing"):
+        load_decoder(path)
