@@ -588,7 +588,7 @@ def leaders_sentence(lead: dict) -> str:
         power = (
             f"The network's top leader is token 0 in {k} of {n} pairs, so a rule that always answers token 0 (uniform causal attention's "
             f"answer) scores {k} of {n}; against it a predictor can gain at most {n - k} pair{'s' * (n - k != 1)}: the comparison has "
-            f"{'almost no' if n - k <= max(2, n // 10) else 'limited' if n - k < n // 2 else 'some'} power. "
+            f"{'no' if n == k else 'almost no' if n - k <= max(2, n // 10) else 'limited' if n - k < n // 2 else 'some'} power. "
         )
     mask = lead.get("twin_top3_is_mask")
     return (
