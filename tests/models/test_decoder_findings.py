@@ -49,14 +49,14 @@ def _planted_forward(attn_layers: list[np.ndarray], n: int, d: int = 6, seed: in
 
 
 def test_sink_rate_per_layer_and_sink_1_are_gu_et_al_definitions():
-    """Planted heads: at layer 1 two of four heads put 0.35 of every row on token 0 (sinks at eps = 0.3),
-    at layer 2 none (0.25), at layer 3 all. Sink_1^eps is the mean of the per-layer rates."""
-    n = 20
+    """Planted heads on T = 64 tokens: at layer 1 two of four heads put 0.35 of every row on token 0 (sinks at
+    eps = 0.3), at layer 2 none (0.25), at layer 3 all. Sink_1^eps is the mean of the per-layer rates."""
+    n = geo.SINK_T
 
-    def head(on_first):
-        P = _uniform(n) * 0.0
+    def head(on_first, m=n):
+        P = np.zeros((m, m))
         P[:, 0] = on_first
-        P[np.arange(n), np.arange(n)] += 1 - on_first  # the rest on the diagonal (row 0: 1 on token 0)
+        P[np.arange(m), np.arange(m)] += 1 - on_first  # the rest on the diagonal (row 0: 1 on token 0)
         P[0] = 0
         P[0, 0] = 1
         return P
@@ -71,9 +71,63 @@ def test_sink_rate_per_layer_and_sink_1_are_gu_et_al_definitions():
     np.testing.assert_allclose(v["sink_rate"][0, 1:], want)
     assert want == [0.5, 0.0, 1.0]
     assert geo.sink_1(v)[0] == pytest.approx(np.mean(want))
-    # the threshold sits at 0.3 of the mean over the queries (row 0 puts 1 on token 0): 0.297 is no sink, 0.3065 is one
-    assert geo.attention_measures(np.stack([head(0.26)]))["sink_rate"] == 0.0
-    assert geo.attention_measures(np.stack([head(0.27)]))["sink_rate"] == 1.0
+    # the threshold sits at 0.3 of the mean over the queries (row 0 puts 1 on token 0)
+    assert geo.attention_measures(np.stack([head(0.28)]))["sink_rate"] == 0.0
+    assert geo.attention_measures(np.stack([head(0.29)]))["sink_rate"] == 1.0
+
+
+def test_sink_rate_is_read_on_the_first_64_tokens_as_gu_et_al_define_it():
+    """Gu et al. average over the T = 64 queries of a 64-token sequence. A planted head over 96 tokens puts
+    0.25 on token 0 in its first 64 rows and 0.9 in the last 32: no sink at T = 64 (mean 0.26), a sink when
+    all queries are averaged (0.47). The causal rows of a longer prompt are those of its first 64 tokens."""
+    n, T = 96, geo.SINK_T
+    P = np.zeros((1, n, n))
+    P[0, :, 0] = np.where(np.arange(n) < T, 0.25, 0.9)
+    P[0, np.arange(n), np.arange(n)] += 1 - P[0, :, 0]
+    P[0, 0] = 0
+    P[0, 0, 0] = 1
+    m = geo.attention_measures(P)
+    assert P[0, :T, 0].mean() < 0.3 < P[0, :, 0].mean()
+    assert m["sink_rate"] == 0.0
+    assert m["sink_rate_all_queries"] == 1.0
+    assert geo.attention_measures(P[:, :T, :T])["sink_rate"] == 0.0  # the prompt cut to 64 tokens gives the same
+    # a prompt shorter than T has no Gu et al. value (reported as NaN), and Sink_1 leaves it out
+    short = geo.attention_measures(P[:, :40, :40])
+    assert np.isnan(short["sink_rate"])
+    assert short["sink_rate_all_queries"] == 0.0
+    fws = [_planted_forward([P], n), _planted_forward([P[:, :40, :40]], 40)]
+    s1 = geo.sink_1(geo.layer_values(fws[:1], clusters=False))
+    assert s1[0] == 0.0
+    assert geo.sink_1(geo.layer_values(fws[:1], clusters=False), "sink_rate_all_queries")[0] == 1.0
+    assert np.isnan(geo.sink_1(geo.layer_values(fws[1:], clusters=False))[0])
+
+
+def _sink_rows(cis: list[tuple[float, float]]) -> list[dict]:
+    rows = [{"layer": 0, "sink_rate": float("nan")}]
+    for k, (lo, hi) in enumerate(cis, start=1):
+        rows.append({"layer": k, "sink_rate": (lo + hi) / 2, "sink_rate_ci": [lo, hi]})
+    return rows
+
+
+def test_sink_onsets_are_decided_by_the_interval_not_the_mean():
+    """Planted per-layer intervals (row l = block l - 1): block 0 lies above 0.5 ([0.565, 0.759]), block 1's mean
+    0.54 has an interval [0.40, 0.68] that contains 0.5 (undetermined, although its mean is above), block 2's
+    mean 0.49 lies in [0.30, 0.68] (undetermined), block 3 [0, 0] (0 in every prompt), block 4 [0.81, 0.95]
+    (above 0.8: the onset), block 5 [0.7, 0.9] (undetermined against 0.8)."""
+    from attndyn.app.decoder_page import sink_sentence
+
+    rows = _sink_rows([(0.565, 0.759), (0.40, 0.68), (0.30, 0.68), (0.0, 0.0), (0.81, 0.95), (0.7, 0.9)])
+    s1 = {"value": 0.6, "ci": [0.5, 0.7], "T": 64, "prompts": 12, "shorter_than_T": 0}
+    text = sink_sentence(rows, s1)
+    assert "at least 0.5 in blocks 0, 4-5," in text
+    assert "below 0.5 in block 3," in text
+    assert "undetermined in blocks 1-2;" in text
+    assert "0 in every prompt in block 3;" in text
+    assert "the first block whose interval lies above 0.8 is 4" in text
+    assert "undetermined against 0.8 in block 5)" in text  # blocks 0-2 lie below 0.8
+    assert "T = 64" in text
+    # the means alone would have put block 1 above 0.5: the sentence must not
+    assert "at least 0.5 in blocks 0-1" not in text
 
 
 # --- finding 3: Sun et al.'s massive-activation ratio is an entry ratio, not a norm ratio -------------------
@@ -559,3 +613,223 @@ def test_two_decoders_side_by_side_on_one_page(tmp_path):
     assert "b.gguf finding" in page
     assert page.count("<h2>") == 2
     assert (tmp_path / "both" / "figures" / "compare_sink_rate.png").is_file()
+
+
+# --- issue 34, referee's items 3-8 -----------------------------------------------------------------------------
+
+
+def test_a_null_with_random_draws_has_an_interval_over_prompts_and_draws():
+    """Planted: each draw of a null shifts every prompt by its own u_d (spread 1 between draws), prompts add noise
+    0.05. The network equals the null's population mean. One draw alone, resampled by prompt, excludes zero
+    (the draw's shift looks like an effect); the two-level interval over prompts and draws contains it, and its
+    width grows with the draws' spread."""
+    rng = np.random.default_rng(0)
+    P, D = 12, 8
+    u = rng.normal(size=D)
+    u -= u.mean()
+    b = 3.0 + u[None, :, None] + rng.normal(scale=0.05, size=(P, D, 1))
+    a = np.full((P, 1), 3.0) + rng.normal(scale=0.05, size=(P, 1))
+    one = nulls.paired_difference(a, b[:, int(np.argmax(np.abs(u)))])
+    assert not one["lo"][0] <= 0 <= one["hi"][0]
+    two = nulls.draws_difference(a, b)
+    assert two["lo"][0] <= 0 <= two["hi"][0]
+    assert two["hi"][0] - two["lo"][0] > 0.5  # the draws' spread (sd 1 over 8 draws: ~0.35 per draw mean) is in it
+    s = nulls.draws_summary(b)
+    np.testing.assert_allclose(s["draws"][:, 0], b.mean(0)[:, 0])
+    assert s["spread"][0][0] == pytest.approx(b.mean(0).min())
+    assert s["spread"][1][0] == pytest.approx(b.mean(0).max())
+    # without spread between draws the two-level interval is the prompts' one (to resampling noise)
+    flat = 3.0 + rng.normal(scale=0.05, size=(P, D, 1))
+    assert nulls.draws_difference(a, flat)["hi"][0] - nulls.draws_difference(a, flat)["lo"][0] < 0.1
+    with pytest.raises(ValueError, match="same prompts"):
+        nulls.draws_difference(a, b[:5])
+
+
+def test_null_values_hold_every_draw_of_the_random_and_shuffled_nulls(tmp_path):
+    from attndyn.app.decoder_page import null_values
+
+    dec = _tiny(tmp_path)
+    ids = [list(range(2, 14)), list(range(5, 20))]
+    v, draws = null_values(dec, ids, torch.float64, random_draws=2, shuffle_draws=3)
+    assert draws == {"uniform": 1, "random": 2, "shuffled": 3}
+    L = len(dec.layers)
+    for name, n in draws.items():
+        assert v[name]["mean_cosine"].shape == (2, n, L + 1)
+    # the draws differ (other seeds, other permutations), and a random draw is the seeded model's forward
+    assert not np.allclose(v["random"]["mean_cosine"][:, 0], v["random"]["mean_cosine"][:, 1])
+    assert not np.allclose(v["shuffled"]["mean_cosine"][:, 0, 1:], v["shuffled"]["mean_cosine"][:, 1, 1:])
+    want = geo.layer_values([forward(nulls.random_decoder(dec, 1), i, dtype=torch.float64) for i in ids], clusters=False)["mean_cosine"]
+    np.testing.assert_allclose(v["random"]["mean_cosine"][:, 1], want, rtol=1e-12)
+
+
+def test_the_null_sentences_name_their_draws_and_print_the_spread():
+    from attndyn.app.decoder_page import _spread
+
+    d = {"lo": [0.1, -0.1], "hi": [0.2, 0.1]}
+    text = nulls.comparison_sentence("x", "shuffled tokens", [1, 2], d, pool="12 prompts", unit="hidden", draws="8 shuffles of each prompt")
+    assert "over 12 prompts and 8 shuffles of each prompt" in text
+    s1 = {"null_shuffled": 0.704, "null_shuffled_spread": [0.678, 0.73], "null_shuffled_draws": 8}
+    assert _spread(s1, "null_shuffled") == "0.704 (8 draws: 0.678-0.73)"
+
+
+def _twins(prompts=4, layers=(0, 7, 15, 22, 28), token0=18, seed=0):
+    """Planted twin rows: the network's top leader is token 0 in ``token0`` pairs; the twin agrees in the pairs
+    of prompts 0 and 1 and in none of prompts 2 and 3 (differences bunched by prompt)."""
+    rows, k = [], 0
+    for layer in layers:
+        for p in range(prompts):
+            top = 0 if k < token0 else 5
+            agrees = p < 2
+            twin_top = top if agrees else 7
+            rows.append(
+                {
+                    "layer": layer,
+                    "prompt": p,
+                    "real_leaders": [top, 1, 2],
+                    "twin_leaders": [twin_top, 1, 2] if twin_top != top or top != 0 else [0, 1, 2],
+                    "top_leader_agrees": agrees,
+                    "uniform_top_leader_agrees": top == 0,
+                    "leader_overlap": 1.0 if agrees else 2 / 3,
+                    "uniform_leader_overlap": 1.0 if top == 0 else 2 / 3,
+                    **dict.fromkeys(
+                        ("identity", "one_step", "flow", "best_one_step", "twin_clusters", "network_clusters_next", "network_clusters_last"), 0.0
+                    ),
+                    **{f"{kind}_{name}": 0.0 for name in ("rope", "ffn", "rope_ffn") for kind in ("one_step", "flow")},
+                    "attention_share_first": 0.1 + 0.01 * p,
+                    "attention_share_last": 0.3 + 0.01 * p,
+                    "attention_share_shapley": 0.2 + 0.01 * p,
+                    "ffn_share_first": 0.7,
+                    "ffn_share_last": 0.9,
+                    "ffn_share_shapley": 0.8 - 0.01 * p,
+                    **{
+                        f"{key}_null_random": 0.5
+                        for key in ("attention_share_first", "attention_share_last", "attention_share_shapley", "ffn_share_shapley")
+                    },
+                }
+            )
+            k += 1
+    return rows
+
+
+def test_leaders_state_their_power_and_resample_by_prompt():
+    from attndyn.app.decoder_page import leaders_sentence, twin_summary
+
+    twins = _twins()
+    _, lead = twin_summary(twins, (0, 7, 15, 22, 28))
+    assert lead["network_top_is_token_0"] == 18
+    assert lead["uniform_top_agrees"] == 18
+    assert lead["prompts"] == 4
+    # by hand: the per-prompt means of the paired difference, bootstrapped over the 4 prompts
+    tw = np.array([[t["top_leader_agrees"] for t in twins if t["prompt"] == p] for p in range(4)], dtype=float).mean(1)
+    un = np.array([[t["uniform_top_leader_agrees"] for t in twins if t["prompt"] == p] for p in range(4)], dtype=float).mean(1)
+    lo, hi = nulls.bootstrap_interval(tw - un)
+    assert lead["top_difference_ci"] == [pytest.approx(float(lo)), pytest.approx(float(hi))]
+    pairs = nulls.paired_difference(
+        np.array([t["top_leader_agrees"] for t in twins], float), np.array([t["uniform_top_leader_agrees"] for t in twins], float)
+    )
+    assert float(pairs["hi"]) - float(pairs["lo"]) < hi - lo  # pairs taken as independent understate the spread here
+    text = leaders_sentence(lead)
+    assert "scores 18 of 20" in text
+    assert "at most 2 pairs" in text
+    assert "almost no power" in text
+    assert "resampled by prompt" in text
+    assert "cannot be told from the mask alone" in text
+
+
+def test_attribution_has_intervals_a_null_and_says_when_a_sublayer_opposes_the_change():
+    from attndyn.app.decoder_page import attribution_sentence, twin_summary
+
+    summary, _ = twin_summary(_twins(), (0, 7, 15, 22, 28))
+    row = summary[0]
+    shares = [0.2 + 0.01 * p for p in range(4)]
+    lo, hi = nulls.bootstrap_interval(shares)
+    assert row["attention_share_shapley_ci"] == [pytest.approx(float(lo)), pytest.approx(float(hi))]
+    assert row["attention_share_shapley_null_random"] == 0.5
+    assert row["prompts"] == 4
+    # a block whose attention does more than the whole change: the feed-forward sublayer opposes it
+    odd = dict(summary[1], attention_share_shapley=1.7, ffn_share_shapley=-0.7, attention_share_last=2.9)
+    text = attribution_sentence([summary[0], odd])
+    assert "mean over 4 prompts" in text
+    assert f"block 0: attention {np.mean(shares):.2g} [{float(lo):.3g}, {float(hi):.3g}]" in text
+    assert "random weights 0.5" in text
+    assert "block 7: no shares, the feed-forward sublayer's contribution is negative (-0.7 of the change: it opposes the change)" in text
+    assert "attention 1.7" not in text
+    assert "In block 7 one ablation order gives a contribution outside [0, 1]" in text
+
+
+def test_regime_counts_carry_their_draws_their_spread_and_a_random_weights_null(tmp_path):
+    from attndyn.app.decoder_page import regime_sentence
+
+    dec = _tiny(tmp_path)
+    rows = regimes.head_regimes(dec, (0, 1), draws=4, groups=2)
+    assert all(len(r["determined_groups"]) == 2 and r["perturbation_draws"] == 4 for r in rows)
+    # more draws can only move more heads to undetermined: determined over all draws implies determined over each half
+    assert all(all(r["determined_groups"]) for r in rows if r["determined"])
+    with pytest.raises(ValueError, match="equal groups"):
+        regimes.head_regimes(dec, (0,), draws=3, groups=2)
+    record = {
+        "regime_counts": {"none": 103, "relaxed": 55},
+        "regime_undetermined": {"none": 34, "relaxed": 16},
+        "regime_draws": {"draws": 8, "groups": [80, 84]},
+        "regime_counts_null_random": {"none": 186, "codimension-conjecture": 39},
+    }
+    text = regime_sentence(record)
+    assert "50 in all over 8 perturbation draws (over each of 2 disjoint sets of 4 draws: 80, 84)" in text
+    assert "random weights" in text
+    assert "none 186, relaxed 0, codimension-conjecture 39" in text
+
+
+def test_the_claim_describes_the_dtype_its_run_uses(monkeypatch):
+    """The claim's hypotheses name the dtype of its forwards (the docs' findings are float64): the forwards are
+    intercepted and their dtype compared with the text."""
+    from attndyn.claims import trained_decoder as claim
+    from attndyn.models.decoder_files import smollm2_available
+
+    if not smollm2_available()[0]:
+        pytest.skip("SmolLM2 is not on disk")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(dec, ids, *, dtype, **kw):
+        seen.append(dtype)
+        raise Stop
+
+    monkeypatch.setattr(claim, "forward", spy)
+    with pytest.raises(Stop):
+        claim.run(claim.Config(**claim.QUICK, seed=0))
+    name = str(seen[0]).removeprefix("torch.")
+    assert f"run in {name}" in claim.CLAIM.hypotheses
+    assert ("float32" in claim.CLAIM.hypotheses) == (name == "float32")
+    assert name == "float64"  # the docs' findings are computed in float64
+
+
+def test_layer_numbering_is_one_convention_named_in_each_sentence():
+    text = nulls.comparison_sentence("cosine", "u", [0, 1, 2, 5], {"lo": [1, 1, 1, -1], "hi": [2, 2, 2, 1]}, pool="p", unit="hidden")
+    assert "exceeds u at the embeddings and after blocks 0-1; cannot be told from u after block 4" in text
+    text = nulls.comparison_sentence("sink rate", "u", [1, 2, 5], {"lo": [1, 1, -1], "hi": [2, 2, 1]}, pool="p", unit="attention")
+    assert "exceeds u in blocks 0-1; cannot be told from u in block 4" in text
+    with pytest.raises(ValueError, match="row 0 holds no attention"):
+        nulls.where([0], "attention")
+
+
+def test_the_findings_name_the_norm_ratios_median_and_the_layer_convention():
+    """findings_text's own sentences on the committed records (the nulls' sentences, stored in the record, left
+    out: a record written before the convention keeps its own)."""
+    import json
+    from pathlib import Path
+
+    from attndyn.app.decoder_page import findings_text
+
+    root = Path(__file__).resolve().parents[2]
+    paths = sorted((root / "docs" / "data").glob("findings-*.json"))
+    assert paths
+    for path in paths:
+        record = json.loads(path.read_text())
+        record["study"]["sentences"] = []
+        text = findings_text(record)
+        assert "median over tokens i >= 1 of |h_i|" in text
+        assert nulls.LAYER_CONVENTION in text
+        assert " at layer" not in text  # every place is a block, after a block or the embeddings
+        assert "after block" in text

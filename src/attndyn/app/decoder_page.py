@@ -73,61 +73,113 @@ def describe_file(name: str, source: str) -> dict:
     return {"file": file, "quantisation": quant, "tuning": "instruct" if tuned else "base"}
 
 
-def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0, random_dec: Decoder | None = None) -> dict:
-    """The three nulls' forward passes (no logits: the geometry does not read them). ``random_dec``: the
-    random-weights decoder of ``seed`` when the caller drew it already (it is the same for every prompt set)."""
-    rng = np.random.default_rng(seed)
+def null_values(dec, ids: list[list[int]], dtype, *, random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS,
+                seed: int = 0) -> tuple[dict, dict]:  # fmt: skip
+    """The three nulls' per-layer values on the prompts ``ids``, ``{null: {key: (prompts, draws, L + 1)}}``:
+    uniform causal attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn
+    from seed + k and run on every prompt) and ``shuffle_draws`` permutations of each prompt. Each draw's
+    forwards are reduced to their values before the next is run (a forward of every draw at once would not
+    fit in memory). Also returns the number of draws of each null."""
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
-    random_dec = with_dtype(nulls.random_decoder(dec, seed), dtype) if random_dec is None else random_dec
-    return {
-        "uniform": [forward(dec, i, dtype=dtype, attention="uniform", logits=False) for i in ids],
-        "random": [forward(random_dec, i, dtype=dtype, logits=False) for i in ids],
-        "shuffled": [forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype, logits=False) for i in ids],
-    }
+    rng = np.random.default_rng(seed)
+
+    def values_of(fws) -> dict:
+        return geo.layer_values(fws, clusters=False)
+
+    runs: dict[str, list[dict]] = {"uniform": [values_of([forward(dec, i, dtype=dtype, attention="uniform", logits=False) for i in ids])]}
+    runs["random"] = []
+    for k in range(random_draws):
+        model = with_dtype(nulls.random_decoder(dec, seed + k), dtype)  # its weights cast once, not on every forward
+        runs["random"].append(values_of([forward(model, i, dtype=dtype, logits=False) for i in ids]))
+        del model
+    runs["shuffled"] = [values_of([forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype, logits=False) for i in ids]) for _ in range(shuffle_draws)]
+    out = {name: {key: np.stack([r[key] for r in draws], axis=1) for key in draws[0]} for name, draws in runs.items()}
+    return out, {name: len(draws) for name, draws in runs.items()}
 
 
-def prompt_set_study(
-    dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False, random_dec: Decoder | None = None
-) -> tuple[list, dict, dict]:
+def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False,
+                     random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS) -> tuple[list, dict, dict]:  # fmt: skip
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
-    intervals and nulls) and the set's summary (Sink_1^eps, the sentences). With ``cut`` (the shipped
-    prompts, a default that must fit the model read) a prompt longer than the context is cut to it; a
-    prompt the user gave is refused instead (``forward``'s PromptError names the context). ``random_dec``:
-    the random-weights null's decoder (seed 0), drawn here when not given."""
+    intervals, the nulls' means over prompts and draws, their spread over draws, and the interval of the
+    difference by the two-level bootstrap over prompts and draws) and the set's summary (Sink_1^eps at
+    T = 64, the sentences). With ``cut`` (the shipped prompts, a default that must fit the model read) a
+    prompt longer than the context is cut to it; a prompt the user gave is refused instead (``forward``'s
+    PromptError names the context)."""
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
     ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
     fws = [forward(dec, i, dtype=dtype, logits=False) for i in ids]
     values = geo.layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
-    null_values = {k: geo.layer_values(v, clusters=False) for k, v in _null_forwards(dec, ids, dtype, random_dec=random_dec).items()}
+    nv, draws = null_values(dec, ids, dtype, random_draws=random_draws, shuffle_draws=shuffle_draws)
     layers = list(range(len(rows)))
     sentences, diffs = [], {}
     for key in geo.NULL_KEYS:
+        unit = "attention" if key in geo.ATTENTION_KEYS else "hidden"
         for name in NULLS:
-            nv = null_values[name][key]
-            d = nulls.paired_difference(values[key], nv, rounding=nulls.rounding(dtype))
+            a, b = _complete(values[key], nv[name][key])
+            d = nulls.draws_difference(a, b, rounding=nulls.rounding(dtype))
             diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()}
-            mean = _column_means(nv)
+            ns = nulls.draws_summary(b)
+            mean = _column_means(b.reshape(b.shape[0] * b.shape[1], -1))
             for layer in layers:
                 rows[layer][f"{key}_null_{name}"] = float(mean[layer])
+                if draws[name] > 1:
+                    rows[layer][f"{key}_null_{name}_spread"] = [float(ns["spread"][0][layer]), float(ns["spread"][1][layer])]
                 rows[layer][f"{key}_diff_{name}_ci"] = [float(d["lo"][layer]), float(d["hi"][layer])]
             sel = [k for k in layers if np.isfinite(d["lo"][k])]
             text = nulls.comparison_sentence(
-                METRIC_NAMES.get(key, key), NULL_NAMES[name], sel, {k: [d[k][j] for j in sel] for k in ("lo", "hi")}, pool=pool
+                METRIC_NAMES.get(key, key),
+                NULL_NAMES[name],
+                sel,
+                {k: [d[k][j] for j in sel] for k in ("lo", "hi")},
+                pool=pool,
+                unit=unit,
+                draws=DRAW_NAMES[name].format(n=draws[name]) if draws[name] > 1 else "",
             )
             if text:
                 sentences.append(text)
-    s1 = geo.sink_1(values)
-    lo, hi = nulls.bootstrap_interval(s1)
+    lengths = [len(i) for i in ids]
     summary = {
         "pool": pool,
         "prompts": len(texts),
-        "tokens": [len(i) for i in ids],
-        "sink_1": {"value": float(s1.mean()), "ci": [float(lo), float(hi)], **{f"null_{n}": float(geo.sink_1(null_values[n]).mean()) for n in NULLS}},
+        "tokens": lengths,
+        "null_draws": draws,
+        "sink_1": _sink_1_summary(values, nv, "sink_rate") | {"T": geo.SINK_T, "shorter_than_T": sum(n < geo.SINK_T for n in lengths)},
+        "sink_1_all_queries": _sink_1_summary(values, nv, "sink_rate_all_queries"),
         "sentences": sentences,
         "differences": diffs,
     }
     return fws, rows, summary
+
+
+def _complete(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts that have every value of ``a`` that any prompt has (a prompt shorter than T = 64 has no sink
+    rate), with their null draws, so the paired resampling compares the same prompts."""
+    keep = np.isfinite(a[:, np.isfinite(a).any(0)]).all(1)
+    return (a[keep], b[keep]) if keep.any() else (a, b)
+
+
+DRAW_NAMES = {"random": "{n} random-weight draws", "shuffled": "{n} shuffles of each prompt"}
+
+
+def _sink_1_summary(values: dict, nv: dict, key: str) -> dict:
+    """Sink_1^eps of the network (mean over the prompts that have it, interval over them) and of each null
+    (mean over prompts and draws, the two-level interval and the per-draw range)."""
+    s1 = geo.sink_1(values, key)
+    ok = np.isfinite(s1)
+    out: dict = {"value": float(s1[ok].mean()) if ok.any() else float("nan"), "ci": [float("nan")] * 2, "prompts": int(ok.sum())}
+    if not ok.any():
+        return out
+    lo, hi = nulls.bootstrap_interval(s1[ok])
+    out["ci"] = [float(lo), float(hi)]
+    for name in NULLS:
+        b = np.stack([geo.sink_1({key: nv[name][key][:, k]}, key) for k in range(nv[name][key].shape[1])], axis=1)[ok]
+        ns = nulls.draws_summary(b)
+        out[f"null_{name}"] = float(ns["mean"])
+        out[f"null_{name}_ci"] = [float(ns["lo"]), float(ns["hi"])]
+        out[f"null_{name}_spread"] = [float(ns["spread"][0]), float(ns["spread"][1])]
+        out[f"null_{name}_draws"] = int(b.shape[1])
+    return out
 
 
 def _column_means(a: np.ndarray) -> np.ndarray:
@@ -140,17 +192,25 @@ METRIC_NAMES = {
     "mean_cosine": "mean pairwise cosine",
     "mean_cosine_without_first": "mean pairwise cosine without token 0",
     "effective_rank": "effective rank",
-    "norm_ratio": "norm ratio |h_0| / median |h_i|",
+    "norm_ratio": "norm ratio |h_0| / median over tokens i >= 1 of |h_i|",
     "massive_activation_ratio": "massive-activation ratio (Sun et al.)",
-    "sink_rate": "sink rate (Gu et al., eps = 0.3)",
+    "sink_rate": "sink rate (Gu et al., eps = 0.3, T = 64)",
+    "sink_rate_all_queries": "sink rate over all queries (eps = 0.3, not Gu et al.'s T)",
     "attention_on_first": "attention on token 0",
     "first_token_sole_leader": "share of heads with token 0 as sole leader",
 }
 
 
+SHARE_KEYS = ("attention_share_first", "attention_share_last", "attention_share_shapley", "ffn_share_shapley")
+
+
 def twin_summary(twins: list[dict], layers: tuple[int, ...]) -> tuple[list[dict], dict]:
-    """Per twin layer the means over prompts; and the leaders' agreement of the twin against uniform
-    causal attention over all (layer, prompt) pairs, with the interval of the paired difference."""
+    """Per twin layer the means over prompts (the sublayer shares with their bootstrap interval over the
+    prompts, ``KEY_ci``, and the random-weights null's mean where the twins carry it, ``KEY_null_random``);
+    and the leaders' agreement of the twin against uniform causal attention, with its power (how often the
+    network's top leader is token 0, the answer of a rule that always says token 0, which is uniform causal
+    attention's answer) and the interval of the paired difference resampled by prompt (a prompt's layers
+    are not independent of each other)."""
     summary = []
     keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees", "uniform_leader_overlap",
             "uniform_top_leader_agrees", "twin_clusters", "network_clusters_next", "network_clusters_last",
@@ -158,22 +218,41 @@ def twin_summary(twins: list[dict], layers: tuple[int, ...]) -> tuple[list[dict]
             "ffn_share_shapley", *(f"{kind}_{name}" for name, _, _ in geo.VARIANTS for kind in ("one_step", "flow")))  # fmt: skip
     for k in layers:
         rows = [t for t in twins if t["layer"] == k]
-        summary.append({key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k})
+        row = {key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k, "prompts": len(rows)}
+        for key in SHARE_KEYS:
+            lo, hi = nulls.bootstrap_interval([t[key] for t in rows])
+            row[f"{key}_ci"] = [float(lo), float(hi)]
+            if all(f"{key}_null_random" in t for t in rows):
+                row[f"{key}_null_random"] = float(np.mean([t[f"{key}_null_random"] for t in rows]))
+        summary.append(row)
     if not twins:
         return summary, {}
+    prompts = sorted({t["prompt"] for t in twins})
+    of = np.array([t["prompt"] for t in twins])
     tw = np.array([t["top_leader_agrees"] for t in twins], dtype=float)
     un = np.array([t["uniform_top_leader_agrees"] for t in twins], dtype=float)
     ov = np.array([t["leader_overlap"] for t in twins])
     uo = np.array([t["uniform_leader_overlap"] for t in twins])
-    d_top, d_ov = nulls.paired_difference(tw, un), nulls.paired_difference(ov, uo)
+
+    def per_prompt(x: np.ndarray) -> np.ndarray:  # the mean over a prompt's layers: the unit the bootstrap resamples
+        return np.array([x[of == p].mean() for p in prompts])
+
+    d_top = nulls.paired_difference(per_prompt(tw), per_prompt(un))
+    d_ov = nulls.paired_difference(per_prompt(ov), per_prompt(uo))
+    token0 = sum(int(t["real_leaders"][0] == 0) for t in twins if "real_leaders" in t)
     leaders = {
         "pairs": len(twins),
+        "prompts": len(prompts),
+        "layers": list(layers),
         "twin_top_agrees": int(tw.sum()),
         "uniform_top_agrees": int(un.sum()),
+        "network_top_is_token_0": token0,
+        "twin_top3_is_mask": sum(int(sorted(t["twin_leaders"]) == list(range(geo.LEADERS_TOP))) for t in twins if "twin_leaders" in t),
         "twin_overlap": float(ov.mean()),
         "uniform_overlap": float(uo.mean()),
         "top_difference_ci": [float(d_top["lo"]), float(d_top["hi"])],
         "overlap_difference_ci": [float(d_ov["lo"]), float(d_ov["hi"])],
+        "resampled": "prompts",
     }
     return summary, leaders
 
@@ -231,22 +310,29 @@ def decoder_report(
     step(f"forward passes and token geometry of {len(prompts)} prompts and their three nulls")
     pool = f"{prompt_set} ({len(prompts)})"
     # the weights held in the run's dtype once (forward casts each weight on each call otherwise): the same numbers
-    run, random_dec = with_dtype(dec, dtype), with_dtype(nulls.random_decoder(dec, 0), dtype)
-    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, random_dec=random_dec)
+    run = with_dtype(dec, dtype)
+    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped)
     held_study = None
     if held:
         step(f"the held-out set: {len(held)} prompts and their nulls")
-        _, held_layers, held_study = prompt_set_study(
-            run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped, random_dec=random_dec
-        )
+        _, held_layers, held_study = prompt_set_study(run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped)
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
     step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins")
     heads = geo.head_table(dec)
     by_key = {(r["layer"], r["head"]): r for r in regimes.head_regimes(dec, tuple(regime_layers))}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
+    step("the random-weights null of the regimes and the sublayer shares")
+    random_dec = nulls.random_decoder(dec, 0)  # the first random-weights draw: gain 1, folded as the network's
+    null_regimes = regimes.head_regimes(random_dec, tuple(regime_layers), draws=0)
+    random_fws = [forward(random_dec, f.ids, dtype=dtype) for f in fws[:TWIN_PROMPTS]] if twin_layers else []
     step("particle twins")
-    twins = geo.twins(run, fws[:TWIN_PROMPTS], twin_layers)
+    twins = []
+    for t in geo.twins(run, fws[:TWIN_PROMPTS], twin_layers):
+        k, rf = t["layer"], random_fws[t["prompt"]]
+        shares = geo.sublayer_shares(random_dec, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
+        twins.append(t | {f"{key}_null_random": shares[key] for key in SHARE_KEYS})
+    del random_dec, random_fws
     summary, leaders = twin_summary(twins, twin_layers)
     step("figures and the page")
     about = describe_file(dec.name, dec.source)
@@ -321,6 +407,13 @@ def decoder_report(
         "twin_per_prompt": twins,
         "regime_counts": dict(Counter(h["regime"] for h in labelled).most_common()),
         "regime_undetermined": dict(Counter(h["regime"] for h in labelled if not h["determined"]).most_common()),
+        "regime_draws": {
+            "draws": labelled[0]["perturbation_draws"] if labelled else 0,
+            "groups": [sum(not h["determined_groups"][g] for h in labelled) for g in range(len(labelled[0]["determined_groups"]))]
+            if labelled
+            else [],
+        },
+        "regime_counts_null_random": dict(Counter(h["regime"] for h in null_regimes).most_common()),
         "regime_hypotheses": regimes.HYPOTHESES,
         "figures": names,
         "seconds": round(time.perf_counter() - start, 2),
@@ -374,96 +467,249 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
+def _spread(d: dict, key: str) -> str:
+    """A null's value with its range over draws: "0.704 (8 draws: 0.678-0.73)"."""
+    sp = d.get(f"{key}_spread")
+    n = d.get(f"{key}_draws")
+    if not sp or not n or n < 2:
+        return _fmt(d.get(key))
+    return f"{_fmt(d.get(key))} ({n} draws: {_fmt(sp[0])}-{_fmt(sp[1])})"
+
+
+def _by_interval(rows: list[dict], key: str, level: float) -> dict[str, list[int]]:
+    """The rows whose interval of ``key`` lies above ``level``, below it, or contains it (undetermined)."""
+    out: dict[str, list[int]] = {"above": [], "below": [], "undetermined": []}
+    for x in rows:
+        ci = x.get(f"{key}_ci")
+        if not ci or not (_finite(ci[0]) and _finite(ci[1])):
+            continue
+        out["above" if ci[0] > level else "below" if ci[1] < level else "undetermined"].append(x["layer"])
+    return out
+
+
+def _blocks(rows: list[int]) -> str:
+    return nulls.where(rows, "attention") if rows else "in no block"
+
+
+def sink_sentence(rows: list[dict], s1: dict) -> str:
+    """Gu et al.'s Sink_1^eps at T = 64 with its interval and nulls, the all-queries value under its own label, and
+    the per-layer onsets decided by each layer's interval (above / below / undetermined), never by the means."""
+    rows = rows[1:]
+    half, most = _by_interval(rows, "sink_rate", 0.5), _by_interval(rows, "sink_rate", 0.8)
+    onset = most["above"][0] - 1 if most["above"] else None
+    zero = [x["layer"] for x in rows if x.get("sink_rate_ci") and _finite(x["sink_rate_ci"][1]) and x["sink_rate_ci"][1] == 0]
+    short = s1.get("shorter_than_T", 0)
+    allq = s1.get("all_queries") or {}
+    nulls_text = (
+        f"(uniform causal attention {_spread(s1, 'null_uniform')}, random weights {_spread(s1, 'null_random')}, shuffled tokens "
+        f"{_spread(s1, 'null_shuffled')})"
+    )
+    if "T" not in s1:  # a record written before the value at Gu et al.'s T: its Sink_1 is over all queries and gets no T
+        text = (
+            "- Attention sinks (eps = 0.3): Sink_1 averaged over all queries of each prompt, not at Gu et al.'s T = 64 (this record "
+            f"predates that value) = {_fmt(s1['value'])} {_ci(s1['ci'])} {nulls_text}"
+        )
+    else:
+        text = (
+            f"- Attention sinks (Gu et al., arXiv 2410.10781 §3: Sink_1^eps, eps = 0.3, on the first T = {s1['T']} tokens of each "
+            f"prompt, {s1.get('prompts', '?')} prompts"
+            + (f"; {short} shorter than T left out" if short else "")
+            + f"): Sink_1^eps = {_fmt(s1['value'])} {_ci(s1['ci'])} {nulls_text}"
+        )
+    if allq:
+        text += f"; averaged over all queries instead of the first T (not Gu et al.'s protocol) {_fmt(allq['value'])} {_ci(allq['ci'])}"
+    if not any(x.get("sink_rate_ci") for x in rows):
+        return text + ". The per-block intervals of the rate are not in this record, so no block is said to lie above or below a level."
+    text += (
+        f". Per block, by the 95 % interval of its rate: at least 0.5 {_blocks(half['above'])}, below 0.5 {_blocks(half['below'])}, "
+        f"undetermined {_blocks(half['undetermined'])}; 0 in every prompt {_blocks(zero)}; the first block whose interval lies above 0.8 is "
+        f"{onset if onset is not None else 'none'} (undetermined against 0.8 {_blocks(most['undetermined'])})."
+    )
+    return text
+
+
+def attribution_sentence(twin: list[dict]) -> str:
+    """Per twin block: the attention sublayer's Shapley share with its interval over the prompts and the
+    random-weights null, both orders; where a share leaves [0, 1] the sentence says which sublayer opposes the change."""
+    if not twin:
+        return ""
+    n = twin[0].get("prompts")
+    parts = []
+    for t in twin:
+        a = t["attention_share_shapley"]
+        f = t.get("ffn_share_shapley", 1 - a)  # the two Shapley shares add up to the whole change (the claim checks it to 1e-6)
+        ci = t.get("attention_share_shapley_ci")
+        null = t.get("attention_share_shapley_null_random")
+        extra = f"; random weights {_fmt(null, 2)}" if _finite(null) else ""
+        orders = f"added first {_fmt(t['attention_share_first'], 2)}, removed last {_fmt(t['attention_share_last'], 2)}"
+        if 0 <= a <= 1:
+            head = f"block {t['layer']}: attention {_fmt(a, 2)}" + (f" {_ci(ci)}" if ci else "")
+            parts.append(f"{head} ({orders}{extra})")
+        else:
+            sign = "attention's" if a < 0 else "the feed-forward sublayer's"
+            other = a if a < 0 else f
+            parts.append(
+                f"block {t['layer']}: no shares, {sign} contribution is negative ({_fmt(other, 2)} of the change: it opposes the change) and "
+                f"the other's is {_fmt(f if a < 0 else a, 2)} times the change"
+                + (f" (attention {_ci(ci)}; {orders}{extra})" if ci else f" ({orders}{extra})")
+            )
+    odd = [t["layer"] for t in twin for k in ("attention_share_first", "attention_share_last") if not 0 <= t[k] <= 1]
+    note = (
+        f" {nulls.where([k + 1 for k in sorted(set(odd))], 'attention').capitalize()} one ablation order gives a contribution outside [0, 1]: "
+        "the other sublayer's is negative in that order."
+        if odd
+        else ""
+    )
+    return (
+        "- Attribution (sublayer ablation; the Shapley average of the two orders of the attention sublayer's contribution to the block's "
+        + (
+            f"change of direction, mean over {n} prompts with its 95 % interval over them, the random-weights model's beside it): "
+            if n
+            else "change of direction, mean over the twin prompts; this record holds no intervals or null for it): "
+        )
+        + "; ".join(parts)
+        + "."
+        + note
+    )
+
+
+def leaders_sentence(lead: dict) -> str:
+    """The leaders' comparison with its power: the baseline "always token 0" (uniform causal attention's top answer) beside
+    the twin's score, and the interval of the difference resampled by prompt."""
+    n, k = lead["pairs"], lead.get("network_top_is_token_0")
+    lo, hi = lead["top_difference_ci"]
+    if lo > 0:
+        verdict = "the twin's top leader agrees more often than the mask's"
+    elif hi < 0:
+        verdict = "the twin's top leader agrees less often than the mask's"
+    else:
+        verdict = "the twin cannot be told from the mask alone"
+    power = ""
+    if k is not None:
+        power = (
+            f"The network's top leader is token 0 in {k} of {n} pairs, so a rule that always answers token 0 (uniform causal attention's "
+            f"answer) scores {k} of {n}; against it a predictor can gain at most {n - k} pair{'s' * (n - k != 1)}: the comparison has "
+            f"{'no' if n == k else 'almost no' if n - k <= max(2, n // 10) else 'limited' if n - k < n // 2 else 'some'} power. "
+        )
+    mask = lead.get("twin_top3_is_mask")
+    return (
+        "- Leaders ("
+        + (f"blocks {', '.join(str(x) for x in lead['layers'])}; {lead['prompts']} prompts; " if "layers" in lead and "prompts" in lead else "")
+        + f"{n} (block, prompt) pairs): "
+        f"the particle twin's top leader agrees with the network's in {lead['twin_top_agrees']} of {n} pairs, uniform causal attention "
+        f"(tokens 0, 1, 2 exactly, from the mask alone) in {lead['uniform_top_agrees']} of {n}. "
+        + power
+        + (f"The twin's top 3 are exactly the mask's {{0, 1, 2}} in {mask} of {n} pairs; " if mask is not None else "")
+        + f"top-3 overlap {_fmt(lead['twin_overlap'])} against {_fmt(lead['uniform_overlap'])}. The difference in top-leader agreement, "
+        f"{int(nulls.LEVEL * 100)} % interval resampled "
+        + ("by prompt" if lead.get("resampled") == "prompts" else "by (block, prompt) pair (this record predates the interval by prompt)")
+        + f" {_ci(lead['top_difference_ci'])}: {verdict}."
+    )
+
+
+def regime_sentence(r: dict) -> str:
+    counts, und = r.get("regime_counts") or {}, r.get("regime_undetermined") or {}
+    if not counts:
+        return ""
+    parts = ", ".join(f"{k} {v} ({und.get(k, 0)} undetermined)" for k, v in counts.items())
+    draws = r.get("regime_draws") or {}
+    groups = draws.get("groups") or []
+    null = r.get("regime_counts_null_random") or {}
+    text = (
+        f"- Regimes of the {sum(counts.values())} heads, each alone with the RMSNorm gain folded in (formal: the theorems' "
+        f"hypotheses do not hold): {parts}; undetermined means a deciding quantity is within what a quantisation-step "
+        f"perturbation of the weights moves it, {sum(und.values())} in all"
+        + (f" over {draws['draws']} perturbation draws" if draws.get("draws") else " (the number of perturbation draws is not in this record)")
+    )
+    if groups:
+        text += f" (over each of {len(groups)} disjoint sets of {draws['draws'] // len(groups)} draws: {', '.join(str(g) for g in groups)})"
+    if null:
+        text += f". Null: the same architecture with random weights (N(0, {nulls.INIT_STD}^2), norm gain 1, folded the same way): " + ", ".join(
+            f"{k} {null.get(k, 0)}" for k in dict.fromkeys([*counts, *null])
+        )
+    return text + "."
+
+
 def findings_text(r: dict) -> str:
     """The trained-model findings as Markdown sentences written from the record (README and docs take
     theirs from here): every number is the record's, every difference to a null is stated only where the
-    interval of the paired difference excludes zero."""
+    interval of the difference excludes zero, every per-layer threshold is decided by the layer's interval."""
     rows, study = r["per_layer"], r["study"]
     pool = study["pool"]
+    draws = study.get("null_draws") or {}
     lines = [f"Findings for {r['file']} ({r['tuning']}, {r['quantisation']}, run in {r['dtype']}) on {pool} of "
-             f"{min(r['tokens'])}-{max(r['tokens'])} tokens; intervals are 95 % bootstrap intervals over the prompts."]  # fmt: skip
-    s1 = study["sink_1"]
-    onset = next((x["layer"] for x in rows[1:] if x["sink_rate"] >= 0.8), None)
-    lines.append(
-        f"- Attention sinks (Gu et al., arXiv 2410.10781, eps = 0.3): Sink_1^eps = {_fmt(s1['value'])} {_ci(s1['ci'])} "
-        f"(uniform causal attention {_fmt(s1['null_uniform'])}, random weights {_fmt(s1['null_random'])}, shuffled tokens "
-        f"{_fmt(s1['null_shuffled'])}); the per-layer rate is at least 0.5 at layers {_layer_list(rows, 'sink_rate', lambda v: v >= 0.5) or 'none'}"
-        f" and 0 at layers {_layer_list(rows[1:], 'sink_rate', lambda v: v == 0) or 'none'}; the first layer with a rate of at least 0.8 is "
-        f"{onset if onset is not None else 'none'}."
-    )
+             f"{min(r['tokens'])}-{max(r['tokens'])} tokens; intervals are 95 % bootstrap intervals over the prompts"
+             + (f", and for the random-weights and shuffled-token nulls also over their draws ({draws.get('random')} random-weight "
+                f"models, {draws.get('shuffled')} shuffles of each prompt; a null's range over its draws is given beside it)" if draws else "")
+             + f". {nulls.LAYER_CONVENTION}"]  # fmt: skip
+    s1 = dict(study["sink_1"])
+    if study.get("sink_1_all_queries"):
+        s1["all_queries"] = study["sink_1_all_queries"]
+    lines.append(sink_sentence(rows, s1))
     big = max(rows, key=lambda x: x["massive_activation_ratio"] if _finite(x.get("massive_activation_ratio")) else -1)
     nr = max(rows, key=lambda x: x["norm_ratio"] if _finite(x.get("norm_ratio")) else -1)
+    null_r = big.get("massive_activation_ratio_null_random")
+    sp = big.get("massive_activation_ratio_null_random_spread")
+    null_text = f"{_fmt(null_r)}" + (f", {draws.get('random')} draws: {_fmt(sp[0])}-{_fmt(sp[1])}" if sp else "")
     lines.append(
         f"- Massive activations (Sun et al., arXiv 2402.17762: the largest entry magnitude over the median entry magnitude): "
-        f"largest at layer {big['layer']}, {_fmt(big['massive_activation_ratio'])} {_ci(big['massive_activation_ratio_ci'])}, "
-        f"token {big['massive_token']}, dimension {big['massive_dim']} (random weights {_fmt(big['massive_activation_ratio_null_random'])}). "
-        f"The norm ratio |h_0| / median |h_i| peaks at {_fmt(nr['norm_ratio'])} {_ci(nr['norm_ratio_ci'])} at layer {nr['layer']}."
+        f"largest {nulls.where([big['layer']], 'hidden')}, {_fmt(big['massive_activation_ratio'])} {_ci(big['massive_activation_ratio_ci'])}, "
+        f"token {big['massive_token']}, dimension {big['massive_dim']} (random weights {null_text}). "
+        f"The norm ratio |h_0| / median over tokens i >= 1 of |h_i| peaks at {_fmt(nr['norm_ratio'])} {_ci(nr['norm_ratio_ci'])} "
+        f"{nulls.where([nr['layer']], 'hidden')}."
     )
     last = rows[-1]
     lines.append(
-        f"- Token geometry at the last layer: mean pairwise cosine {_fmt(last['mean_cosine'])} {_ci(last['mean_cosine_ci'])}, "
-        f"standardised with the statistics of {pool} {_fmt(last['standardized_cosine'])} {_ci(last['standardized_cosine_ci'])} "
-        "(the standardised value depends on the pool: it is defined for this pool only)."
+        f"- Token geometry {nulls.where([last['layer']], 'hidden')} (the last): mean pairwise cosine {_fmt(last['mean_cosine'])} "
+        f"{_ci(last['mean_cosine_ci'])}, standardised with the statistics of {pool} {_fmt(last['standardized_cosine'])} "
+        f"{_ci(last['standardized_cosine_ci'])} (the standardised value depends on the pool: it is defined for this pool only)."
     )
-    shown = ("sink rate", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
+    shown = ("sink rate (Gu", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
     lines += [f"- {s}" for s in study["sentences"] if s.startswith(tuple(f"The network's {m}" for m in shown))]
     lead = r.get("leaders") or {}
     if lead:
-        lo, hi = lead["top_difference_ci"]
-        verdict = (
-            "the twin agrees more often than the null"
-            if lo > 0
-            else "the twin agrees less often than the null"
-            if hi < 0
-            else "the two cannot be told apart"
-        )
-        lines.append(
-            f"- Leaders: the particle twin's top leader agrees with the network's in {lead['twin_top_agrees']} of {lead['pairs']} "
-            f"(layer, prompt) pairs; uniform causal attention, from the mask alone (its leaders are tokens 0, 1, 2 exactly), in "
-            f"{lead['uniform_top_agrees']} of {lead['pairs']}; top-3 overlap {_fmt(lead['twin_overlap'])} against "
-            f"{_fmt(lead['uniform_overlap'])}. The difference's interval {_ci(lead['top_difference_ci'])}: {verdict}."
-        )
+        lines.append(leaders_sentence(lead))
     if r["twin"]:
-        a = [t["attention_share_first"] for t in r["twin"]]
-        b = [t["attention_share_last"] for t in r["twin"]]
-        c = [t["attention_share_shapley"] for t in r["twin"]]
-        lines.append(
-            f"- Attribution (sublayer ablation, layers {', '.join(str(t['layer']) for t in r['twin'])}): the attention sublayer's share of "
-            f"a layer's change of direction is {_fmt(min(a), 2)}-{_fmt(max(a), 2)} added first, {_fmt(min(b), 2)}-{_fmt(max(b), 2)} "
-            f"removed last, and {_fmt(min(c), 2)}-{_fmt(max(c), 2)} by the Shapley average of the two orders."
-        )
-    counts, und = r.get("regime_counts") or {}, r.get("regime_undetermined") or {}
-    if counts:
-        parts = ", ".join(f"{k} {v} ({und.get(k, 0)} undetermined)" for k, v in counts.items())
-        lines.append(
-            f"- Regimes of the {sum(counts.values())} heads, each alone with the RMSNorm gain folded in (formal: the theorems' "
-            f"hypotheses do not hold): {parts}; undetermined means a deciding quantity is within what a quantisation-step "
-            "perturbation of the weights moves it."
-        )
+        lines.append(attribution_sentence(r["twin"]))
+    regime = regime_sentence(r)
+    if regime:
+        lines.append(regime)
     held = r.get("held_out")
     if held:
         h1 = held["sink_1"]
         hl = held["per_layer"][-1]
         lines.append(
-            f"- Held out ({held['pool']}): Sink_1^eps = {_fmt(h1['value'])} {_ci(h1['ci'])}; last-layer mean pairwise cosine "
-            f"{_fmt(hl['mean_cosine'])} {_ci(hl['mean_cosine_ci'])}."
+            f"- Held out ({held['pool']}): "
+            + (f"Sink_1^eps (T = {h1['T']})" if "T" in h1 else "Sink_1 over all queries (not at Gu et al.'s T)")
+            + f" = {_fmt(h1['value'])} {_ci(h1['ci'])}; mean pairwise "
+            f"cosine {nulls.where([hl['layer']], 'hidden')} {_fmt(hl['mean_cosine'])} {_ci(hl['mean_cosine_ci'])}."
         )
     return "\n".join(lines) + "\n"
 
 
-FINDINGS_LAYER_KEYS = ("layer", "sink_rate", "massive_activation_ratio", "massive_activation_ratio_ci", "massive_token", "massive_dim",
-                      "massive_activation_ratio_null_random", "norm_ratio", "norm_ratio_ci", "mean_cosine", "mean_cosine_ci",
+FINDINGS_LAYER_KEYS = ("layer", "sink_rate", "sink_rate_ci", "massive_activation_ratio", "massive_activation_ratio_ci", "massive_token",
+                      "massive_dim", "massive_activation_ratio_null_random", "massive_activation_ratio_null_random_spread", "norm_ratio",
+                      "norm_ratio_ci", "mean_cosine", "mean_cosine_ci",
                       "standardized_cosine", "standardized_cosine_ci")  # fmt: skip
 
 
 def findings_record(r: dict) -> dict:
     """The part of the record that :func:`findings_text` reads (``findings.json``; the docs' copies live in
     ``docs/data/findings-*.json`` and the docs' marked sections are generated from them)."""
-    keep = ("file", "tuning", "quantisation", "dtype", "tokens", "leaders", "regime_counts", "regime_undetermined")
+    keep = ("file", "tuning", "quantisation", "dtype", "tokens", "leaders", "regime_counts", "regime_undetermined", "regime_draws",
+            "regime_counts_null_random")  # fmt: skip
     out = {k: r.get(k) for k in keep}
     out["per_layer"] = [{k: row[k] for k in FINDINGS_LAYER_KEYS if k in row} for row in r["per_layer"]]
-    out["study"] = {k: r["study"][k] for k in ("pool", "sink_1", "sentences")}
-    out["twin"] = [{k: t[k] for k in ("layer", "attention_share_first", "attention_share_last", "attention_share_shapley")} for t in r["twin"]]
+    out["study"] = {k: r["study"][k] for k in ("pool", "sink_1", "sink_1_all_queries", "null_draws", "sentences") if k in r["study"]}
+    twin_keys = (
+        "layer",
+        "prompts",
+        "ffn_share_shapley",
+        *SHARE_KEYS[:3],
+        *(f"{k}_ci" for k in SHARE_KEYS[:3]),
+        "attention_share_shapley_null_random",
+    )
+    out["twin"] = [{k: t[k] for k in twin_keys if k in t} for t in r["twin"]]
     held = r.get("held_out")
     out["held_out"] = None if not held else {"pool": held["pool"], "sink_1": held["sink_1"], "per_layer": [held["per_layer"][-1]]}
     return out
@@ -487,7 +733,8 @@ def _num(v) -> str:
 
 
 LAYER_KEYS = ["mean_cosine", "mean_cosine_without_first", "standardized_cosine", "clusters", "effective_rank", "stable_rank",
-              "norm_ratio", "massive_activation_ratio", "massive_token", "massive_dim", "norm_growth", "sink_rate", "attention_on_first",
+              "norm_ratio", "massive_activation_ratio", "massive_token", "massive_dim", "norm_growth", "sink_rate", "sink_rate_all_queries",
+              "attention_on_first",
               "first_token_sole_leader", "attention_entropy", "boolean_distance"]  # fmt: skip
 
 
@@ -505,7 +752,12 @@ def _cell(row: dict, key: str) -> str:
     v = _num(row.get(key))
     if f"{key}_ci" in row:
         v += f"<br><small>[{_num(row[f'{key}_ci'][0])}, {_num(row[f'{key}_ci'][1])}]</small>"
-    nul = [f"{_num(row[f'{key}_null_{n}'])}" for n in NULLS if f"{key}_null_{n}" in row]
+
+    def null(n: str) -> str:
+        sp = row.get(f"{key}_null_{n}_spread")
+        return _num(row[f"{key}_null_{n}"]) + (f" ({_num(sp[0])}-{_num(sp[1])})" if sp else "")
+
+    nul = [null(n) for n in NULLS if f"{key}_null_{n}" in row]
     if nul:
         v += f"<br><small>null: {' / '.join(nul)}</small>"
     return v
@@ -543,15 +795,18 @@ def render(r: dict) -> str:
         f"sharing {r['kv_heads']} key/value heads, head dimension {r['head_dim']}, width {r['d_model']}; {html.escape(r['study']['pool'])} of "
         f"{min(r['tokens'])}-{max(r['tokens'])} tokens, {html.escape(r['dtype'])}, attndyn {html.escape(r['version'])}.</p>"
         f"<h2>Findings</h2><ul>{findings}</ul>"
-        f"<div>{figs}</div><h2>Per layer</h2><p>Each cell: the mean over the prompts, its 95 % bootstrap interval, and the nulls "
-        "(uniform causal attention / random weights / shuffled tokens) where they apply. Sink rate: Gu et al. (arXiv 2410.10781), the "
-        "share of heads whose attention on token 0, averaged over the queries, exceeds 0.3. Massive-activation ratio: Sun et al. "
+        f"<div>{figs}</div><h2>Per layer</h2><p>{html.escape(nulls.LAYER_CONVENTION)} Each cell: the mean over the prompts, its 95 % "
+        "bootstrap interval, and the nulls (uniform causal attention / random weights / shuffled tokens) where they apply, the last two "
+        "as the mean over their draws with the range of the per-draw means in brackets. Sink rate: Gu et al. (arXiv 2410.10781 §3), the "
+        "share of heads whose attention on token 0, averaged over the first T = 64 queries, exceeds 0.3 (sink_rate_all_queries: over "
+        "all queries, not their T). Massive-activation ratio: Sun et al. "
         "(arXiv 2402.17762), the largest entry magnitude over the median entry magnitude, at the token and dimension given. Norm ratio: "
-        "|h_0| / median |h_i|. Sole leader: a head whose rows put more than 0.5 on token 0 in at least 90 % of its rows. "
+        "|h_0| / median over tokens i >= 1 of |h_i|. Sole leader: a head whose rows put more than 0.5 on token 0 in at least 90 % of its rows. "
         f"Columns constant over the layers are left out: {html.escape(', '.join(constant) or 'none')}.</p>"
         f"<table><tr>{head}</tr>{rows}</table>"
-        "<h2>Sublayer ablation and particle twin</h2><p>Mean 1 - cos over tokens between the real layer l + 1 and: the layer's input "
-        "(nothing moves), one residual step of the particle model with layer l's own attention (pre-norm, causal, grouped heads, no "
+        "<h2>Sublayer ablation and particle twin</h2><p>Row k: block k (numbered from 0, as --twin-layers). Mean 1 - cos over tokens "
+        "between block k's output and: its input (nothing moves), one residual step of the particle model with block k's own "
+        "attention (pre-norm, causal, grouped heads, no "
         "RoPE, no feed-forward): that step is exactly the attention sublayer without RoPE, so these columns are a sublayer ablation; "
         "its flow over unit time (the particle model's test), and the one step at the best multiple of beta. The shares: the attention "
         "sublayer's share of the layer's change of direction added first, removed last, and their average (Shapley over the two "
@@ -581,6 +836,7 @@ def _regime_sentence(r: dict) -> str:
         f"beta at the tokens' norm; Def. 4.1's quantities by modulus), for {sum(counts.values())} heads: {parts}. Undetermined: a "
         "deciding quantity (the modulus gap of lambda_1, its imaginary part, the cosine of &lt;Q phi_1, K phi_1&gt;) lies within "
         "what perturbing the weights by half a 4-bit quantisation step moves it.</p>"
+        f"<p>{html.escape(regime_sentence(r).removeprefix('- '))}</p>"
         f"<p>{html.escape(r.get('regime_hypotheses', ''))}</p>"
     )
 

@@ -9,9 +9,10 @@ Contract
   (:func:`attndyn.analysis.clusters.stable_cluster_count`) with its stability in decades, the effective
   and stable rank, Sun et al.'s massive-activation ratio (arXiv 2402.17762: the largest entry magnitude
   over the median entry magnitude, with its token and dimension), the norm ratio ``|h_0| / median_i |h_i|``,
-  the median norm; and for each layer's attention: Gu et al.'s sink rate (arXiv 2410.10781: the share of
-  heads whose attention on token 0, averaged over the queries, exceeds eps = 0.3; ``sink_1`` averages it
-  over the layers, their Sink_1^eps), the mean row entropy, the median Boolean distance
+  the median norm; and for each layer's attention: Gu et al.'s sink rate (arXiv 2410.10781 §3: the share of
+  heads whose attention on token 0, averaged over the first T = 64 queries, exceeds eps = 0.3; NaN for a
+  prompt shorter than 64; ``sink_1`` averages it over the layers, their Sink_1^eps at their T), the same
+  rate over all queries (``sink_rate_all_queries``, not Gu et al.'s T), the mean row entropy, the median Boolean distance
   ``max_ij min(P_ij, 1 - P_ij)`` (Theorem 2.1 of arXiv 2305.05465), and the share of heads whose nearest
   Boolean matrix is ``1 e_0^T`` in at least 90 % of their rows (the first token as the only leader).
   ``layer_table`` gives their means over prompts with a bootstrap interval (``KEY_ci``) and the residual
@@ -61,6 +62,7 @@ from attndyn.models.decoder_nulls import uniform_causal
 from attndyn.models.token_geometry import effective_rank, mean_cosine
 
 SINK_THRESHOLD = 0.3  # Gu et al.: mean attention on the first token above this marks a sink head
+SINK_T = 64  # Gu et al.'s sequence length T: their Sink_k^eps reads sequences of 64 tokens (arXiv 2410.10781, §3)
 
 
 def standardized_cosine(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
@@ -78,20 +80,24 @@ def stable_rank(x: np.ndarray) -> float:
 SOLE_LEADER_ROWS = 0.9  # a head's only leader is token 0 when at least this share of its rows put > 0.5 on it
 
 
-def attention_measures(P: np.ndarray) -> dict:
+def attention_measures(P: np.ndarray, *, T: int = SINK_T) -> dict:
     """Measures of one layer's attention ``(H, n, n)`` (causal rows).
 
-    ``sink_rate``: Gu et al.'s per-layer rate (arXiv 2410.10781, §3): the share of heads whose
-    attention on the first token, averaged over the queries that see it (all of them), exceeds
-    eps = 0.3. ``first_token_sole_leader``: the share of heads whose nearest Boolean matrix is
+    ``sink_rate``: Gu et al.'s per-layer rate (arXiv 2410.10781, §3) at their sequence length T = 64: the
+    share of heads whose attention on the first token, averaged over the first T queries, exceeds eps = 0.3
+    (the causal rows 0..T-1 of a longer prompt are exactly those of its first T tokens); NaN when n < T
+    (the definition needs T tokens). ``sink_rate_all_queries``: the same share averaged over all n queries (not
+    Gu et al.'s T). ``first_token_sole_leader``: the share of heads whose nearest Boolean matrix is
     ``1 e_0^T`` in at least ``SOLE_LEADER_ROWS`` of their rows (an all-rows criterion is broken by one row)."""
     on_first = P[:, :, 0].mean(1)
+    at_T = P[:, :T, 0].mean(1) if P.shape[1] >= T else None
     rows = np.clip(P, 1e-300, 1.0)
     entropy = float(-(P * np.log(rows)).sum(-1).mean())
     boolean = np.minimum(P, 1 - P).max(axis=(1, 2))
     first_leader = (P[:, :, 0] > 0.5).mean(1) >= SOLE_LEADER_ROWS
     return {
-        "sink_rate": float((on_first > SINK_THRESHOLD).mean()),
+        "sink_rate": float((at_T > SINK_THRESHOLD).mean()) if at_T is not None else float("nan"),
+        "sink_rate_all_queries": float((on_first > SINK_THRESHOLD).mean()),
         "attention_on_first": float(on_first.mean()),
         "attention_entropy": entropy,
         "boolean_distance": float(np.median(boolean)),
@@ -108,14 +114,15 @@ def massive_activation(h: np.ndarray) -> tuple[float, int, int]:
 
 
 def norm_ratio(h: np.ndarray) -> float:
-    """``|h_0| / median_{i >= 1} |h_i|``: how much longer the first token is than the others (a norm ratio,
+    """``|h_0| / median_{i >= 1} |h_i|`` (the median over the tokens i >= 1): how much longer the first token is than the others (a norm ratio,
     not Sun et al.'s entry ratio)."""
     norms = np.linalg.norm(h, axis=1)
     return float(norms[0] / np.median(norms[1:])) if len(h) > 1 else float("nan")
 
 
 NULL_KEYS = ("mean_cosine", "mean_cosine_without_first", "effective_rank", "norm_ratio", "massive_activation_ratio", "sink_rate",
-             "attention_on_first", "first_token_sole_leader")  # fmt: skip
+             "sink_rate_all_queries", "attention_on_first", "first_token_sole_leader")  # fmt: skip
+ATTENTION_KEYS = ("sink_rate", "sink_rate_all_queries", "attention_on_first", "attention_entropy", "boolean_distance", "first_token_sole_leader")
 
 
 def layer_values(forwards: list[Forward], *, clusters: bool = True, pool: list[Forward] | None = None) -> dict[str, np.ndarray]:
@@ -163,9 +170,12 @@ def _mode(column: np.ndarray) -> int:
     return int(vals[np.argmax(counts)]) if len(vals) else -1
 
 
-def sink_1(values: dict[str, np.ndarray]) -> np.ndarray:
-    """Gu et al.'s model-level Sink_1^eps per prompt: the per-layer sink rate averaged over the layers."""
-    return np.nanmean(values["sink_rate"][:, 1:], axis=1)
+def sink_1(values: dict[str, np.ndarray], key: str = "sink_rate") -> np.ndarray:
+    """Gu et al.'s model-level Sink_1^eps per prompt: the per-layer sink rate at T = 64 averaged over the
+    layers (NaN for a prompt shorter than T); ``key="sink_rate_all_queries"``: the same over all queries."""
+    rates = values[key][:, 1:]
+    ok = np.isfinite(rates).all(1)
+    return np.where(ok, np.where(np.isfinite(rates), rates, 0).mean(1), np.nan)
 
 
 def layer_table(forwards: list[Forward], *, values: dict[str, np.ndarray] | None = None, clusters: bool = True) -> list[dict]:

@@ -8,6 +8,11 @@ Contract
   with ``rounding`` (:func:`rounding` of the forward's dtype) a pair whose difference is within that
   fraction of the larger magnitude counts as equal: the shuffled-token null at layer 0 holds the same
   vectors in another order, and summation order alone must not read as a difference.
+* ``draws_difference(a, b)``: the same for a null with random draws (``b``: ``(prompts, draws, ...)``, the
+  shuffles of each prompt or the random-weight models): a two-level bootstrap that resamples the prompts
+  and, independently, the draws, so the interval carries the draw-to-draw spread as well as the prompts';
+  ``draws_summary(b)``: the null's mean, its interval by the same resampling, and the per-draw means'
+  range (``spread``: what one draw alone could have printed).
 * ``uniform_causal(mask)``: the attention of a head that attends uniformly to what its mask lets it
   see; ``uniform_leaders(n, top)`` its leaders, exactly ``[0, 1, ..., top - 1]`` for a causal mask (column
   j receives ``(1/n) sum_{i >= j} 1/(i + 1)``, which decreases in j).
@@ -32,6 +37,8 @@ from attndyn.models.decoder import Decoder, DecoderLayer
 BOOTSTRAP = 2000  # resamples of the prompts
 LEVEL = 0.95
 INIT_STD = 0.02  # initializer_range of LlamaConfig, Gemma3TextConfig and GPT2Config
+RANDOM_DRAWS = 4  # random-weight models drawn (each a whole model, shared by the prompts)
+SHUFFLE_DRAWS = 8  # permutations of each prompt
 
 
 def bootstrap_interval(
@@ -41,6 +48,18 @@ def bootstrap_interval(
     x = np.asarray(values, dtype=np.float64)
     if x.ndim == 0 or x.shape[0] == 0:
         raise ValueError(f"bootstrap_interval needs at least one prompt; got shape {x.shape}")
+    flat = x.reshape(x.shape[0], -1)
+    partial = np.isnan(flat).any(0) & np.isfinite(flat).any(0)
+    if partial.any():  # a column some prompts lack (Sink at T = 64 of a shorter prompt): its interval over the prompts that have it
+        lo, hi = (
+            np.asarray(v, dtype=np.float64).reshape(flat.shape[1])
+            for v in bootstrap_interval(np.where(partial, 0.0, flat), level=level, resamples=resamples, seed=seed)
+        )
+        lo, hi = lo.copy(), hi.copy()
+        for j in np.flatnonzero(partial):
+            col = flat[np.isfinite(flat[:, j]), j]
+            lo[j], hi[j] = bootstrap_interval(col, level=level, resamples=resamples, seed=seed)
+        return lo.reshape(x.shape[1:]), hi.reshape(x.shape[1:])
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.shape[0], size=(resamples, x.shape[0]))
     means = x[idx].mean(axis=1)
@@ -65,6 +84,55 @@ def paired_difference(a: np.ndarray | list, b: np.ndarray | list, *, rounding: f
         diff = np.where(np.abs(diff) <= rounding * np.maximum(np.abs(a), np.abs(b)), 0.0, diff)
     lo, hi = bootstrap_interval(diff, **kw)
     return {"mean": diff.mean(0), "lo": lo, "hi": hi}
+
+
+def _two_level_means(b: np.ndarray, rng: np.random.Generator, resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap means of ``b`` ``(P, D, ...)`` with the prompts and the draws resampled independently, and
+    the prompt indices used (to pair a network's values with the same resampled prompts)."""
+    P, D = b.shape[:2]
+    ip = rng.integers(0, P, size=(resamples, P))
+    idr = rng.integers(0, D, size=(resamples, D))
+    means = np.stack([b[ip[r]][:, idr[r]].mean(axis=(0, 1)) for r in range(resamples)])
+    return means, ip
+
+
+def draws_difference(
+    a: np.ndarray | list, b: np.ndarray | list, *, rounding: float = 0.0, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0
+) -> dict:
+    """The mean of ``a`` (``(P, ...)``, the network) minus the mean of ``b`` (``(P, D, ...)``, D draws of a
+    null on the same prompts) and its two-level percentile bootstrap interval: each resample draws P
+    prompts with replacement (the same for both) and D of the null's draws with replacement. A draw within
+    ``rounding`` of its prompt's value (relative to the larger magnitude) counts as equal to it, as in
+    :func:`paired_difference`."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if b.ndim != a.ndim + 1 or b.shape[0] != a.shape[0] or b.shape[2:] != a.shape[1:]:
+        raise ValueError(f"draws_difference needs a (P, ...) and b (P, draws, ...) on the same prompts; got {a.shape} and {b.shape}")
+    if rounding:
+        ab = np.broadcast_to(a[:, None], b.shape)
+        with np.errstate(invalid="ignore"):
+            b = np.where(np.abs(ab - b) <= rounding * np.maximum(np.abs(ab), np.abs(b)), ab, b)
+    rng = np.random.default_rng(seed)
+    null_means, ip = _two_level_means(b, rng, resamples)
+    diffs = a[ip].mean(axis=1) - null_means
+    q = (1 - level) / 2
+    return {"mean": a.mean(0) - b.mean(axis=(0, 1)), "lo": np.quantile(diffs, q, axis=0), "hi": np.quantile(diffs, 1 - q, axis=0)}
+
+
+def draws_summary(b: np.ndarray | list, *, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """The null's mean over prompts and draws, its two-level bootstrap interval, the per-draw means
+    (each the mean over the prompts of one draw) and their range ``spread`` = [min, max]."""
+    b = np.asarray(b, dtype=np.float64)
+    means, _ = _two_level_means(b, np.random.default_rng(seed), resamples)
+    per_draw = b.mean(0)
+    q = (1 - level) / 2
+    return {
+        "mean": b.mean(axis=(0, 1)),
+        "lo": np.quantile(means, q, axis=0),
+        "hi": np.quantile(means, 1 - q, axis=0),
+        "draws": per_draw,
+        "spread": (per_draw.min(0), per_draw.max(0)),
+    }
 
 
 def uniform_causal(mask: np.ndarray) -> np.ndarray:
@@ -134,20 +202,47 @@ def _ranges(layers: list[int]) -> str:
     return ", ".join(out)
 
 
-def comparison_sentence(metric: str, null: str, layers: list[int], diff: dict, *, pool: str) -> str:
-    """One sentence: at which layers ``metric`` of the network exceeds / falls below ``null`` (the interval
-    of the paired difference excludes zero) and where it cannot be told apart from it."""
+LAYER_CONVENTION = (
+    "Blocks are numbered from 0 (as --twin-layers and --layer take them); hidden-state measures are read after a block "
+    "(row l of the per-layer table is the residual stream after block l - 1, row 0 the embeddings) and attention measures "
+    "in a block (row l holds block l - 1's attention, the block that wrote row l's state)."
+)
+
+
+def where(rows: list[int], unit: str = "layer") -> str:
+    """Per-layer table rows named by the convention of :data:`LAYER_CONVENTION`: ``unit="hidden"``: "at the
+    embeddings and after blocks 2-4"; ``"attention"``: "in blocks 1-3" (row l is block l - 1); ``"layer"``:
+    "at layers ..." (the rows themselves, for callers without blocks)."""
+    rows = sorted(int(r) for r in rows)
+    if unit == "layer":
+        return f"at layers {_ranges(rows)}"
+    if unit == "attention":
+        if any(r < 1 for r in rows):
+            raise ValueError(f"where: row 0 holds no attention; got rows {rows}")
+        return f"in block{'s' * (len(rows) > 1)} {_ranges([r - 1 for r in rows])}"
+    if unit != "hidden":
+        raise ValueError(f"where: unit {unit!r} is not 'layer', 'hidden' or 'attention'")
+    after = [r - 1 for r in rows if r >= 1]
+    parts = (["at the embeddings"] if 0 in rows else []) + ([f"after block{'s' * (len(after) > 1)} {_ranges(after)}"] if after else [])
+    return " and ".join(parts)
+
+
+def comparison_sentence(metric: str, null: str, layers: list[int], diff: dict, *, pool: str, unit: str = "layer", draws: str = "") -> str:
+    """One sentence: where ``metric`` of the network exceeds / falls below ``null`` (the interval of the
+    difference excludes zero) and where it cannot be told apart from it; ``unit`` names the rows by
+    :func:`where`; ``draws`` (e.g. "8 shuffles of each prompt") says what else the interval resampled."""
     layers = list(layers)
     above = [k for k, lo in zip(layers, diff["lo"], strict=True) if np.isfinite(lo) and lo > 0]
     below = [k for k, hi in zip(layers, diff["hi"], strict=True) if np.isfinite(hi) and hi < 0]
     same = [k for k, lo, hi in zip(layers, diff["lo"], diff["hi"], strict=True) if np.isfinite(lo) and lo <= 0 <= hi]
     parts = []
     if above:
-        parts.append(f"exceeds {null} at layers {_ranges(above)}")
+        parts.append(f"exceeds {null} {where(above, unit)}")
     if below:
-        parts.append(f"falls below {null} at layers {_ranges(below)}")
+        parts.append(f"falls below {null} {where(below, unit)}")
     if same:
-        parts.append(f"cannot be told from {null} at layers {_ranges(same)}")
+        parts.append(f"cannot be told from {null} {where(same, unit)}")
     if not parts:
         return ""
-    return f"The network's {metric} " + "; ".join(parts) + f" ({int(LEVEL * 100)} % bootstrap interval of the difference over {pool})."
+    over = f"{pool} and {draws}" if draws else pool
+    return f"The network's {metric} " + "; ".join(parts) + f" ({int(LEVEL * 100)} % bootstrap interval of the difference over {over})."

@@ -22,9 +22,10 @@ Contract
   have the same 4 bits). ``head_regimes(decoder, layers)``: per head the label of
   :func:`~attndyn.analysis.spectra.regime` on the folded weights, the deciding quantities, and whether
   the label is *determined*: the deciding signs (lambda_1 real or not, its sign, the sign of the
-  cosine) stay the same under ``draws`` perturbations of the four weight matrices by uniform noise of
+  cosine) stay the same under ``draws`` (8) perturbations of the four weight matrices by uniform noise of
   half a step (what rounding to the quantiser's grid can move), and each margin exceeds the largest
-  shift the perturbations produced.
+  shift the perturbations produced; the same decision over each half of the draws
+  (``determined_groups``) gives the undetermined count's spread over draws.
 """
 
 from __future__ import annotations
@@ -152,13 +153,26 @@ def quantisation_step(W: torch.Tensor, block: int = 32, levels: int = 15) -> tor
     return step.repeat_interleave(block, dim=1)[:, :cols]
 
 
-def head_regimes(decoder: Decoder, layers: tuple[int, ...], *, draws: int = 4, seed: int = 0, check_labels: bool = False) -> list[dict]:
+REGIME_DRAWS = 8  # perturbation draws per layer; the undetermined count is also given for each half (its draw-to-draw spread)
+REGIME_GROUPS = 2
+
+
+def head_regimes(
+    decoder: Decoder, layers: tuple[int, ...], *, draws: int = REGIME_DRAWS, groups: int | None = None, seed: int = 0, check_labels: bool = False
+) -> list[dict]:
     """Per head of ``layers``: the regime of the folded head, its deciding quantities, and whether the
-    label is determined under quantisation-sized perturbations (module docstring)."""
+    label is determined under quantisation-sized perturbations (module docstring). ``determined`` is over
+    all ``draws``; ``determined_groups`` the same decision over each of ``groups`` disjoint sets of the draws
+    (how much the undetermined count moves from one set of draws to another)."""
     from attndyn.analysis.spectra import regime
 
+    if groups is None:  # halves where the draws split evenly, else one group
+        groups = REGIME_GROUPS if draws % REGIME_GROUPS == 0 else 1
+    if draws and (groups < 1 or draws % groups):
+        raise ValueError(f"head_regimes: draws = {draws} cannot be split into {groups} equal groups")
     rng = torch.Generator().manual_seed(seed)
     beta = 1.0 / math.sqrt(decoder.head_dim)
+    size = draws // groups if draws else 0
     out = []
     for layer in layers:
         L = decoder.layers[layer]
@@ -171,9 +185,14 @@ def head_regimes(decoder: Decoder, layers: tuple[int, ...], *, draws: int = 4, s
             _, R = torch.linalg.qr(Q.T)
             row = {"layer": layer, "head": head, "effective_beta_folded": beta * float(torch.linalg.matrix_norm(R @ K, ord=2)), **q}
             shifted = [deciding_quantities(*_slices(decoder, layer, head, m)) for m in noisy]
-            shift = {k: _largest_shift([s[k] for s in shifted], q[k]) for k in ("modulus_gap", "qk_cos", "lambda1_imag")}
-            same = all(label(s) == label(q) for s in shifted)
-            row |= {"regime": label(q), "determined": bool(same and _margin_ok(q, shift))}
+
+            def decided(sel: list[dict], q: dict = q) -> tuple[bool, dict]:
+                shift = {k: _largest_shift([s[k] for s in sel], q[k]) for k in ("modulus_gap", "qk_cos", "lambda1_imag")}
+                return bool(all(label(s) == label(q) for s in sel) and _margin_ok(q, shift)), shift
+
+            determined, shift = decided(shifted)
+            row |= {"regime": label(q), "determined": determined, "perturbation_draws": draws}
+            row["determined_groups"] = [decided(shifted[g * size : (g + 1) * size])[0] for g in range(groups)] if draws else []
             row |= {f"quant_shift_{k}": v for k, v in shift.items()}
             if check_labels:  # the engine's own regime() on the d x d folded head (0.1 s a head at d = 576)
                 row["regime_engine"] = regime(Weights(Q, K, Wo @ Wv), beta=beta).name
