@@ -833,3 +833,19 @@ def test_the_findings_name_the_norm_ratios_median_and_the_layer_convention():
         assert nulls.LAYER_CONVENTION in text
         assert " at layer" not in text  # every place is a block, after a block or the embeddings
         assert "after block" in text
+
+
+def test_a_drawn_null_within_rounding_is_no_difference():
+    """The same rule for a null with draws (the 8 shuffles of each prompt): draws 2 ulps off the prompt's value
+    (layer 0) cannot be told from it at float64's rounding, and exceed without it; 1e-12 relative still does."""
+    rng = np.random.default_rng(4)
+    net = rng.uniform(50, 60, size=(12, 2))
+    draws = np.repeat(net[:, None], 8, axis=1)
+    draws[..., 0] = np.nextafter(np.nextafter(draws[..., 0], -np.inf), -np.inf)
+    draws[..., 1] = draws[..., 1] * (1 - 1e-12)
+    tol = nulls.rounding(torch.float64)
+    d = nulls.draws_difference(net, draws, rounding=tol)
+    assert d["lo"][0] == d["hi"][0] == 0.0
+    assert d["lo"][1] > 0
+    raw = nulls.draws_difference(net, draws)
+    assert raw["lo"][0] > 0

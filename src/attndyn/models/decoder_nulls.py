@@ -114,9 +114,14 @@ def draws_difference(
             b = np.where(np.abs(ab - b) <= rounding * np.maximum(np.abs(ab), np.abs(b)), ab, b)
     rng = np.random.default_rng(seed)
     null_means, ip = _two_level_means(b, rng, resamples)
-    diffs = a[ip].mean(axis=1) - null_means
+    means = a[ip].mean(axis=1)
+    diffs, mean = means - null_means, a.mean(0) - b.mean(axis=(0, 1))
+    if rounding:  # the means of equal values summed in another order differ by rounding alone
+        with np.errstate(invalid="ignore"):
+            diffs = np.where(np.abs(diffs) <= rounding * np.maximum(np.abs(means), np.abs(null_means)), 0.0, diffs)
+            mean = np.where(np.abs(mean) <= rounding * np.abs(a.mean(0)), 0.0, mean)
     q = (1 - level) / 2
-    return {"mean": a.mean(0) - b.mean(axis=(0, 1)), "lo": np.quantile(diffs, q, axis=0), "hi": np.quantile(diffs, 1 - q, axis=0)}
+    return {"mean": mean, "lo": np.quantile(diffs, q, axis=0), "hi": np.quantile(diffs, 1 - q, axis=0)}
 
 
 def draws_summary(b: np.ndarray | list, *, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
