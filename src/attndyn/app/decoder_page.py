@@ -35,6 +35,7 @@ import torch
 from attndyn import __version__
 from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.claims.trained_decoder import depth_figures
+from attndyn.core.parallel import pmap
 from attndyn.models import decoder_geometry as geo
 from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
@@ -79,11 +80,25 @@ def _null_forwards(dec, ids: list[list[int]], dtype, seed: int = 0, random_dec: 
     rng = np.random.default_rng(seed)
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
     random_dec = with_dtype(nulls.random_decoder(dec, seed), dtype) if random_dec is None else random_dec
-    return {
-        "uniform": [forward(dec, i, dtype=dtype, attention="uniform", logits=False) for i in ids],
-        "random": [forward(random_dec, i, dtype=dtype, logits=False) for i in ids],
-        "shuffled": [forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype, logits=False) for i in ids],
-    }
+    shuffled = [nulls.shuffled(i, rng, keep) for i in ids]  # drawn here, in order: the same whatever the workers
+    runs = forwards([(dec, i, "uniform") for i in ids] + [(random_dec, i, "softmax") for i in ids] + [(dec, i, "softmax") for i in shuffled], dtype)
+    n = len(ids)
+    return {"uniform": runs[:n], "random": runs[n : 2 * n], "shuffled": runs[2 * n :]}
+
+
+def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype) -> list:
+    """The forward passes (no logits) of ``(decoder, ids, attention)`` jobs, in order, over the worker
+    processes (:func:`attndyn.core.parallel.pmap`): each job is one whole forward, so the numbers do not
+    depend on the worker count."""
+    return pmap(lambda k: forward(jobs[k][0], jobs[k][1], dtype=dtype, attention=jobs[k][2], logits=False), len(jobs))
+
+
+def layer_values(fws: list, *, clusters: bool) -> dict[str, np.ndarray]:
+    """:func:`~attndyn.models.decoder_geometry.layer_values` of the forwards, one prompt a job over the
+    worker processes (each prompt's values depend on the others only through the pooled statistics,
+    which every job computes from all ``fws`` in the same order: the same numbers)."""
+    parts = pmap(lambda p: geo.layer_values([fws[p]], clusters=clusters, pool=fws), len(fws))
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
 def prompt_set_study(
@@ -96,10 +111,10 @@ def prompt_set_study(
     the random-weights null's decoder (seed 0), drawn here when not given."""
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
     ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
-    fws = [forward(dec, i, dtype=dtype, logits=False) for i in ids]
-    values = geo.layer_values(fws, clusters=clusters)
+    fws = forwards([(dec, i, "softmax") for i in ids], dtype)
+    values = layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
-    null_values = {k: geo.layer_values(v, clusters=False) for k, v in _null_forwards(dec, ids, dtype, random_dec=random_dec).items()}
+    null_values = {k: layer_values(v, clusters=False) for k, v in _null_forwards(dec, ids, dtype, random_dec=random_dec).items()}
     layers = list(range(len(rows)))
     sentences, diffs = [], {}
     for key in geo.NULL_KEYS:
@@ -240,13 +255,11 @@ def decoder_report(
             run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped, random_dec=random_dec
         )
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
-    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins")
-    heads = geo.head_table(dec)
-    by_key = {(r["layer"], r["head"]): r for r in regimes.head_regimes(dec, tuple(regime_layers))}
+    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, and the particle twins")
+    heads, head_regimes, twins = _heads_and_twins(dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers)
+    by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
-    step("particle twins")
-    twins = geo.twins(run, fws[:TWIN_PROMPTS], twin_layers)
     summary, leaders = twin_summary(twins, twin_layers)
     step("figures and the page")
     about = describe_file(dec.name, dec.source)
@@ -335,6 +348,15 @@ def decoder_report(
     atomic_write_text(out / "index.html", render(record))
     owner.add("index.html")
     return record
+
+
+def _heads_and_twins(dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...]) -> tuple[list, list, list]:
+    """The head table, the heads' regimes and the particle twins, as one list of independent jobs over the
+    worker processes (the regimes, the longest, first; then the table; then one job a twin's layer and
+    prompt): each job runs whole in one process, so the numbers do not depend on the worker count."""
+    jobs = [lambda: regimes.head_regimes(dec, regime_layers), lambda: geo.head_table(dec), *geo.twin_jobs(run, fws, twin_layers)]
+    out = pmap(lambda k: jobs[k](), len(jobs))
+    return out[1], out[0], out[2:]
 
 
 def attention_figure(P: np.ndarray, layer: int, head: int, file: str, tol: float = 1e-4) -> object:
