@@ -34,7 +34,7 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def page(model: str, rounds: int) -> None:
+def page(model: str, rounds: int, keep: str | None = None) -> None:
     """The checkpoint page's stages: wall and CPU seconds each, medians over ``rounds`` runs."""
     import resource
     import tempfile
@@ -52,7 +52,7 @@ def page(model: str, rounds: int) -> None:
             decoder_report(
                 model,
                 prompts=list(PROMPTS),
-                out=Path(tmp) / "page",
+                out=Path(keep) if keep else Path(tmp) / "page",
                 dtype=torch.float64,
                 progress=lambda msg, marks=marks: marks.append((msg, time.perf_counter(), _cpu())),
             )
@@ -74,10 +74,11 @@ def page(model: str, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 for the forward, 1 for --page)")
+    parser.add_argument("--keep", default=None, help="with --page: write the page to this folder (kept) instead of a temporary one")
     parser.add_argument("--page", choices=("smollm2", "gemma3"), default=None, help="time the checkpoint page of this model instead")
     opts = parser.parse_args()
     if opts.page:
-        page(opts.page, opts.rounds or 1)
+        page(opts.page, opts.rounds or 1, opts.keep)
         return
     opts.rounds = opts.rounds or 7
     import transformers
