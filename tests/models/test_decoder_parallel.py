@@ -101,3 +101,59 @@ def test_parallel_layer_values_and_twins_are_the_sequential_ones(tmp_path, monke
     par = geo.twins(dec, fws, (0, 1))
     seq = [{**geo.twin(dec, fw, layer), "prompt": i} for layer in (0, 1) for i, fw in enumerate(fws)]
     _equal(par, seq)
+
+
+def _random_factored(heads=3, d=10, r=4, seed=0):
+    from attndyn.core.weights import Weights
+
+    g = torch.Generator().manual_seed(seed)
+    Q, K = (torch.randn(heads, r, d, generator=g, dtype=torch.float64) for _ in range(2))
+    A = torch.randn(heads, d, r, generator=g, dtype=torch.float64)
+    B = torch.randn(heads, r, d, generator=g, dtype=torch.float64)
+    return Weights(Q, K, A @ B), Weights(Q, K, A @ B, V_factors=(A, B))
+
+
+@pytest.mark.parametrize("scheme", ["pre", "post"])
+def test_the_factored_value_map_is_the_dense_one_to_rounding(scheme):
+    """V_h = A_h B_h applied as A_h (B_h x): the field of the dense V to float64 rounding. The band: each
+    output entry sums d r + n r products of O(1) terms, so its rounding is below (d r + n r) eps |terms| < 1e-12."""
+    from attndyn.core.dynamics import Model, velocity
+
+    dense, factored = _random_factored()
+    x = torch.randn(2, 7, 10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for w in (dense, factored):
+        assert w.V.shape == (3, 10, 10)
+    kw = dict(beta=0.7, mask="causal", geometry="sphere", scheme=scheme)
+    a = velocity(0.0, x, Model(dense, **kw))
+    b = velocity(0.0, x, Model(factored, **kw))
+    assert torch.allclose(a, b, rtol=0, atol=1e-12 * float(a.abs().max()))
+    assert not torch.equal(a, torch.zeros_like(a))
+
+
+def test_factors_that_are_not_v_are_refused():
+    from attndyn.core.weights import Weights
+
+    dense, factored = _random_factored()
+    A, B = factored.V_factors
+    with pytest.raises(ValueError, match="differs from V"):
+        Weights(dense.Q, dense.K, dense.V, V_factors=(A, 1.01 * B))
+
+
+def test_the_twin_with_factored_values_is_the_dense_twin(tmp_path):
+    """The twin's record with V applied through its factors against the dense V (factors dropped): every
+    number to 1e-10 relative (rounding, accumulated over the flow's 8 + 16 RK4 steps), the leaders equal."""
+    from attndyn.core.weights import Weights
+    from attndyn.models.decoder_files import read_hf_llama
+
+    dec = read_hf_llama(_tiny_folder(tmp_path))
+    fw = forward(dec, list(range(1, 14)), logits=False)
+    w = geo._twin_weights(dec, 1)
+    assert w.V_factors is not None
+    ours = geo.twin(dec, fw, 1, weights=w)
+    ref = geo.twin(dec, fw, 1, weights=Weights(w.Q, w.K, w.V))
+    assert ours.keys() == ref.keys()
+    for k, v in ref.items():
+        if isinstance(v, float):
+            assert ours[k] == pytest.approx(v, rel=1e-10, abs=1e-14), k
+        else:
+            assert ours[k] == v, k

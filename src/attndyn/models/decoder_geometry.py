@@ -290,13 +290,18 @@ def _twin_weights(decoder: Decoder, layer: int) -> Weights:
     """Layer ``layer``'s heads with RMSNorm's weights folded in (the particle twin's Q, K, V)."""
     L, d = decoder.layers[layer], decoder.d_model
     fold = torch.diag(L.attn_norm.double()) * math.sqrt(d)  # RMSNorm(x) = sqrt(d) (x / |x|) * w
-    Qs, Ks, Vs = [], [], []
+    Qs, Ks, Vs, As, Bs = [], [], [], [], []
+    hd = decoder.head_dim
     for head in range(decoder.heads):
         W = head_weights(decoder, layer, head)
+        g = head // decoder.group
         Qs.append(W.Q[0] @ fold)
         Ks.append(W.K[0] @ fold)
         Vs.append(W.V[0] @ fold)
-    return Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs))
+        # V = W_o,h (W_v,h fold), rank hd: the field applies the two factors (2 hd d a token, not d^2)
+        As.append(L.W_o[:, head * hd : (head + 1) * hd].double())
+        Bs.append(L.W_v[g * hd : (g + 1) * hd].double() @ fold)
+    return Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs), V_factors=(torch.stack(As), torch.stack(Bs)))
 
 
 def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0, weights: Weights | None = None) -> Model:
