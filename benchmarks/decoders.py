@@ -8,8 +8,9 @@ Usage: ``python benchmarks/decoders.py [--rounds 7]``.
 
 ``--page smollm2|gemma3`` times ``attndyn checkpoint MODEL`` instead (issue 34: the page with its nulls
 and intervals in <= 2 min on 2 cores): the page's own code (:func:`attndyn.app.decoder_page.decoder_report`,
-float64 as the command runs it, the CLI's thread count: one unless ``ATTNDYN_THREADS`` says more), each
-stage's wall and CPU (process) time from the page's progress messages, medians of ``--rounds`` runs.
+float64 as the command runs it: one torch thread, a worker process per core unless ``ATTNDYN_THREADS`` says), each
+stage's wall and CPU time (this process and its worker processes; ``ATTNDYN_THREADS`` sets the
+workers) from the page's progress messages, medians of ``--rounds`` runs.
 Start it beside ``python -c "while True: pass"`` for the time with one competing process.
 """
 
@@ -25,7 +26,15 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def page(model: str, rounds: int) -> None:
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children (the page's worker processes)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def page(model: str, rounds: int, keep: str | None = None) -> None:
     """The checkpoint page's stages: wall and CPU seconds each, medians over ``rounds`` runs."""
     import resource
     import tempfile
@@ -38,16 +47,16 @@ def page(model: str, rounds: int) -> None:
     threads = set_process_default()  # what the CLI does: one thread unless ATTNDYN_THREADS says more
     runs = []
     for _ in range(rounds):
-        marks = [("start", time.perf_counter(), time.process_time())]
+        marks = [("start", time.perf_counter(), _cpu())]
         with tempfile.TemporaryDirectory() as tmp:
             decoder_report(
                 model,
                 prompts=list(PROMPTS),
-                out=Path(tmp) / "page",
+                out=Path(keep) if keep else Path(tmp) / "page",
                 dtype=torch.float64,
-                progress=lambda msg, marks=marks: marks.append((msg, time.perf_counter(), time.process_time())),
+                progress=lambda msg, marks=marks: marks.append((msg, time.perf_counter(), _cpu())),
             )
-        marks.append(("end", time.perf_counter(), time.process_time()))
+        marks.append(("end", time.perf_counter(), _cpu()))
         runs.append(marks)
     names = [m[0] for m in runs[0][1:-1]]
     print(f"attndyn checkpoint {model}: {os.cpu_count()} cores, {threads} torch thread(s), float64, medians of {rounds} run(s)")
@@ -65,10 +74,11 @@ def page(model: str, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 for the forward, 1 for --page)")
+    parser.add_argument("--keep", default=None, help="with --page: write the page to this folder (kept) instead of a temporary one")
     parser.add_argument("--page", choices=("smollm2", "gemma3"), default=None, help="time the checkpoint page of this model instead")
     opts = parser.parse_args()
     if opts.page:
-        page(opts.page, opts.rounds or 1)
+        page(opts.page, opts.rounds or 1, opts.keep)
         return
     opts.rounds = opts.rounds or 7
     import transformers

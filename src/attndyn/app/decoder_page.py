@@ -35,6 +35,7 @@ import torch
 from attndyn import __version__
 from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.claims.trained_decoder import depth_figures
+from attndyn.core.parallel import pmap
 from attndyn.models import decoder_geometry as geo
 from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
@@ -84,17 +85,33 @@ def null_values(dec, ids: list[list[int]], dtype, *, random_draws: int = nulls.R
     rng = np.random.default_rng(seed)
 
     def values_of(fws) -> dict:
-        return geo.layer_values(fws, clusters=False)
+        return layer_values(fws, clusters=False)
 
-    runs: dict[str, list[dict]] = {"uniform": [values_of([forward(dec, i, dtype=dtype, attention="uniform", logits=False) for i in ids])]}
+    runs: dict[str, list[dict]] = {"uniform": [values_of(forwards([(dec, i, "uniform") for i in ids], dtype))]}
     runs["random"] = []
-    for k in range(random_draws):
+    for k in range(random_draws):  # one random model in memory at a time, its prompts over the workers
         model = with_dtype(nulls.random_decoder(dec, seed + k), dtype)  # its weights cast once, not on every forward
-        runs["random"].append(values_of([forward(model, i, dtype=dtype, logits=False) for i in ids]))
+        runs["random"].append(values_of(forwards([(model, i, "softmax") for i in ids], dtype)))
         del model
-    runs["shuffled"] = [values_of([forward(dec, nulls.shuffled(i, rng, keep), dtype=dtype, logits=False) for i in ids]) for _ in range(shuffle_draws)]
+    shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]  # drawn here, in order: the same whatever the workers
+    runs["shuffled"] = [values_of(forwards([(dec, i, "softmax") for i in draw], dtype)) for draw in shuffles]
     out = {name: {key: np.stack([r[key] for r in draws], axis=1) for key in draws[0]} for name, draws in runs.items()}
     return out, {name: len(draws) for name, draws in runs.items()}
+
+
+def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype) -> list:
+    """The forward passes (no logits) of ``(decoder, ids, attention)`` jobs, in order, over the worker
+    processes (:func:`attndyn.core.parallel.pmap`): each job is one whole forward, so the numbers do not
+    depend on the worker count."""
+    return pmap(lambda k: forward(jobs[k][0], jobs[k][1], dtype=dtype, attention=jobs[k][2], logits=False), len(jobs))
+
+
+def layer_values(fws: list, *, clusters: bool) -> dict[str, np.ndarray]:
+    """:func:`~attndyn.models.decoder_geometry.layer_values` of the forwards, one prompt a job over the
+    worker processes (each prompt's values depend on the others only through the pooled statistics,
+    which every job computes from all ``fws`` in the same order: the same numbers)."""
+    parts = pmap(lambda p: geo.layer_values([fws[p]], clusters=clusters, pool=fws), len(fws))
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
 def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False,
@@ -107,8 +124,8 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     PromptError names the context)."""
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
     ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
-    fws = [forward(dec, i, dtype=dtype, logits=False) for i in ids]
-    values = geo.layer_values(fws, clusters=clusters)
+    fws = forwards([(dec, i, "softmax") for i in ids], dtype)
+    values = layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
     nv, draws = null_values(dec, ids, dtype, random_draws=random_draws, shuffle_draws=shuffle_draws)
     layers = list(range(len(rows)))
@@ -317,21 +334,19 @@ def decoder_report(
         step(f"the held-out set: {len(held)} prompts and their nulls")
         _, held_layers, held_study = prompt_set_study(run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped)
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
-    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins")
-    heads = geo.head_table(dec)
-    by_key = {(r["layer"], r["head"]): r for r in regimes.head_regimes(dec, tuple(regime_layers))}
+    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, and the particle twins")
+    heads, head_regimes, twins = _heads_and_twins(dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers)
+    by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
     step("the random-weights null of the regimes and the sublayer shares")
     random_dec = nulls.random_decoder(dec, 0)  # the first random-weights draw: gain 1, folded as the network's
     null_regimes = regimes.head_regimes(random_dec, tuple(regime_layers), draws=0)
-    random_fws = [forward(random_dec, f.ids, dtype=dtype) for f in fws[:TWIN_PROMPTS]] if twin_layers else []
-    step("particle twins")
-    twins = []
-    for t in geo.twins(run, fws[:TWIN_PROMPTS], twin_layers):
+    random_fws = forwards([(random_dec, f.ids, "softmax") for f in fws[:TWIN_PROMPTS]], dtype) if twin_layers else []
+    for t in twins:
         k, rf = t["layer"], random_fws[t["prompt"]]
         shares = geo.sublayer_shares(random_dec, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
-        twins.append(t | {f"{key}_null_random": shares[key] for key in SHARE_KEYS})
+        t.update({f"{key}_null_random": shares[key] for key in SHARE_KEYS})
     del random_dec, random_fws
     summary, leaders = twin_summary(twins, twin_layers)
     step("figures and the page")
@@ -428,6 +443,15 @@ def decoder_report(
     atomic_write_text(out / "index.html", render(record))
     owner.add("index.html")
     return record
+
+
+def _heads_and_twins(dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...]) -> tuple[list, list, list]:
+    """The head table, the heads' regimes and the particle twins, as one list of independent jobs over the
+    worker processes (the regimes, the longest, first; then the table; then one job a twin's layer and
+    prompt): each job runs whole in one process, so the numbers do not depend on the worker count."""
+    jobs = [lambda: regimes.head_regimes(dec, regime_layers), lambda: geo.head_table(dec), *geo.twin_jobs(run, fws, twin_layers)]
+    out = pmap(lambda k: jobs[k](), len(jobs))
+    return out[1], out[0], out[2:]
 
 
 def attention_figure(P: np.ndarray, layer: int, head: int, file: str, tol: float = 1e-4) -> object:

@@ -201,6 +201,9 @@ class Prepared:
     V_identity: bool
     zero: torch.Tensor
     native: compiled.Native | None = None  # the field in C (attndyn.core.compiled), when it covers the model
+    # V_h = A_h B_h (Weights.V_factors): all heads' B^T side by side (d, H r) and A^T stacked (H r, d)
+    VB_cat: torch.Tensor | None = None
+    VA_cat: torch.Tensor | None = None
 
     @property
     def heads(self) -> int:
@@ -279,6 +282,8 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         V_identity=is_scalar and lam == 1.0,
         zero=torch.zeros((), dtype=dtype, device=device),
         native=None if check else plan.native_field(model, like),
+        VB_cat=None if w.V_factors is None else cast(w.V_factors[1]).transpose(-1, -2).permute(1, 0, 2).reshape(w.d, -1).contiguous(),
+        VA_cat=None if w.V_factors is None else cast(w.V_factors[0]).transpose(-1, -2).reshape(-1, w.d).contiguous(),
     )
 
 
@@ -401,7 +406,10 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
     xq = xq.reshape(-1, n, d)
     xb = xb.reshape(-1, n, d)
     heads = args.heads
-    if heads == 1:
+    factored = args.VB_cat is not None and not subtract_own
+    if factored:  # V_h = A_h B_h of rank r: attend over B_h x (r numbers a token), then apply A_h
+        values = (xb @ args.VB_cat).reshape(xb.shape[0], n, heads, -1).transpose(1, 2)
+    elif heads == 1:
         values = (xb @ args.VT[0]).unsqueeze(1)
     else:
         values = (xb @ args.VT_cat).reshape(xb.shape[0], n, heads, d).transpose(1, 2)
@@ -421,7 +429,10 @@ def attention_term(xq: torch.Tensor, xb: torch.Tensor, args: Prepared, scale: fl
             window=args.window,
             sink_bias=args.sink_bias,
         )
-    out = out[:, 0] if heads == 1 else out.sum(1)
+    if factored:
+        out = out.transpose(1, 2).reshape(xb.shape[0], n, -1) @ args.VA_cat
+    else:
+        out = out[:, 0] if heads == 1 else out.sum(1)
     if subtract_own:
         out = out - values[:, 0]
     return out.reshape(shape)

@@ -175,6 +175,16 @@ def limit_blas(k: int) -> bool:
     return True
 
 
+def workers(jobs: int, workers: int | None = None) -> int:
+    """The worker processes for ``jobs`` independent jobs (:func:`attndyn.core.parallel.pmap`): ``workers``,
+    else ``ATTNDYN_THREADS``, else every core this process may run on; never more than the jobs.
+
+    Unlike torch's intra-op threads, which spin while they wait and cost beside a competitor, a worker
+    process runs a whole job and sleeps otherwise, so the count does not shrink for other processes' load."""
+    k = check_threads(workers, "workers") if workers is not None else (requested() or cores())
+    return max(1, min(k, int(jobs)))
+
+
 def set_process_default(threads: int | None = None) -> int:
     """The process-wide count for work outside the library's entry points, which choose per call:
     ``threads``, else ``ATTNDYN_THREADS``, else one; applied to torch and to the BLAS pools. The CLI

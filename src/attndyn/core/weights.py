@@ -111,13 +111,17 @@ class Weights:
     """Per-head query, key and value matrices (arXiv 2305.05465 §12, multi-head).
 
     ``Q``, ``K``: ``(heads, m, d)``; ``V``: ``(heads, d, d)``. One head may be given as 2-D
-    matrices. ``ff`` is an optional :class:`FeedForward`.
+    matrices. ``ff`` is an optional :class:`FeedForward`. ``V_factors``: optionally ``(A, B)`` with
+    ``A`` ``(heads, d, r)`` and ``B`` ``(heads, r, d)``, ``V_h = A_h B_h`` to rounding (checked): a
+    trained head's ``W_O,h W_V,h`` of rank r = hd < d. The field then computes each head's values as
+    ``A_h (B_h x)``, which costs ``2 r d`` a token instead of ``d^2`` (the same numbers to rounding).
     """
 
     Q: torch.Tensor
     K: torch.Tensor
     V: torch.Tensor
     ff: FeedForward | None = None
+    V_factors: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         ff = f", feed-forward {self.ff.sigma}" if self.ff is not None else ""
@@ -141,6 +145,17 @@ class Weights:
                 raise ValueError(f"FeedForward W has shape {tuple(self.ff.W.shape)} but the weights have d = {d}.")
         # Parameters live on the host: a Weights (and so a Model) pickles small and device-free;
         # the engine casts them to the state's device once per run (attndyn.core.dynamics.prepare).
+        if self.V_factors is not None:
+            A = _per_head(as_float_tensor(self.V_factors[0], "V_factors[0]"), "V_factors[0]")
+            B = _per_head(as_float_tensor(self.V_factors[1], "V_factors[1]"), "V_factors[1]")
+            r = A.shape[-1]
+            if A.shape != (heads, d, r) or B.shape != (heads, r, d):
+                raise ValueError(f"V_factors must have shapes (heads, d, r), (heads, r, d) with d = {d}; got {tuple(A.shape)}, {tuple(B.shape)}.")
+            AB = A.to(V.dtype) @ B.to(V.dtype)
+            tol = 1e3 * torch.finfo(V.dtype).eps * max(1.0, float(V.abs().max()), float((A.abs() @ B.abs()).max()))
+            if not bool((AB - V).abs().max() <= tol):
+                raise ValueError(f"V_factors: A B differs from V by {float((AB - V).abs().max()):.3g}, more than rounding ({tol:.3g}).")
+            object.__setattr__(self, "V_factors", (_host(A), _host(B)))
         object.__setattr__(self, "Q", _host(Q))
         object.__setattr__(self, "K", _host(K))
         object.__setattr__(self, "V", _host(V))

@@ -47,7 +47,9 @@ Contract
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -298,13 +300,18 @@ def _twin_weights(decoder: Decoder, layer: int) -> Weights:
     """Layer ``layer``'s heads with RMSNorm's weights folded in (the particle twin's Q, K, V)."""
     L, d = decoder.layers[layer], decoder.d_model
     fold = torch.diag(L.attn_norm.double()) * math.sqrt(d)  # RMSNorm(x) = sqrt(d) (x / |x|) * w
-    Qs, Ks, Vs = [], [], []
+    Qs, Ks, Vs, As, Bs = [], [], [], [], []
+    hd = decoder.head_dim
     for head in range(decoder.heads):
         W = head_weights(decoder, layer, head)
+        g = head // decoder.group
         Qs.append(W.Q[0] @ fold)
         Ks.append(W.K[0] @ fold)
         Vs.append(W.V[0] @ fold)
-    return Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs))
+        # V = W_o,h (W_v,h fold), rank hd: the field applies the two factors (2 hd d a token, not d^2)
+        As.append(L.W_o[:, head * hd : (head + 1) * hd].double())
+        Bs.append(L.W_v[g * hd : (g + 1) * hd].double() @ fold)
+    return Weights(torch.stack(Qs), torch.stack(Ks), torch.stack(Vs), V_factors=(torch.stack(As), torch.stack(Bs)))
 
 
 def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0, weights: Weights | None = None) -> Model:
@@ -365,14 +372,28 @@ def leaders_of(P: np.ndarray, top: int = LEADERS_TOP) -> list[int]:
     return [int(j) for j in np.argsort(-column_mass(P))[:top]]
 
 
-def twins(decoder: Decoder, forwards: list[Forward], layers: tuple[int, ...], **kw) -> list[dict]:
+def twins(decoder: Decoder, forwards: list[Forward], layers: tuple[int, ...], *, workers: int | None = None, **kw) -> list[dict]:
     """:func:`twin` of every layer in ``layers`` on every forward pass (layer-major, each with its ``prompt``
-    index), the layer's twin weights built once for all its prompts and scales."""
-    out = []
+    index), the layer's twin weights built once for all its prompts and scales; one (layer, prompt) a job
+    over ``workers`` processes (:func:`attndyn.core.parallel.pmap`: the same numbers for any count)."""
+    from attndyn.core.parallel import pmap
+
+    jobs = twin_jobs(decoder, forwards, layers, **kw)
+    return pmap(lambda k: jobs[k](), len(jobs), workers=workers)
+
+
+def twin_jobs(decoder: Decoder, forwards: list[Forward], layers: tuple[int, ...], **kw) -> list[Callable[[], dict]]:
+    """:func:`twins`' jobs, layer-major, each a call without arguments (the layers' twin weights built
+    here, once, before any job runs), for a caller that runs them beside other jobs."""
+    jobs: list[Callable[[], dict]] = []
     for layer in layers:
         weights = _twin_weights(decoder, layer) if decoder.norm_kind == "rms" else None
-        out += [{**twin(decoder, fw, layer, weights=weights, **kw), "prompt": i} for i, fw in enumerate(forwards)]
-    return out
+        jobs += [functools.partial(_twin_of_prompt, decoder, fw, layer, i, weights, kw) for i, fw in enumerate(forwards)]
+    return jobs
+
+
+def _twin_of_prompt(decoder: Decoder, fw: Forward, layer: int, prompt: int, weights: Weights | None, kw: dict) -> dict:
+    return {**twin(decoder, fw, layer, weights=weights, **kw), "prompt": prompt}
 
 
 def twin(

@@ -1,0 +1,63 @@
+"""Independent jobs over worker processes: ``pmap(fn, count)`` is ``[fn(i) for i in range(count)]``.
+
+Contract
+--------
+``pmap(fn, count, workers=None) -> list`` returns ``fn(0), ..., fn(count - 1)`` in that order. With one
+worker (or one job) it runs them here, one after another; with more, in that many processes forked from
+this one, each running torch on one thread. The processes inherit everything this process holds when
+``pmap`` is called (a decoder read once, forward passes already run: copy-on-write, nothing is sent to
+them but the job's index), and send back only ``fn``'s result (pickled). A job must therefore depend on
+its index and on what existed before the call alone, never on another job: the results are then the
+same whatever the worker count, which :func:`attndyn.core.threads.workers` decides (explicit argument,
+then ``ATTNDYN_THREADS``, then every core this process may run on).
+
+Where ``fork`` is not available (Windows, macOS' default spawn start would have to pickle ``fn``), the
+jobs run here, one after another: the same numbers, one core.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from attndyn.core.threads import ENV
+from attndyn.core.threads import workers as choose_workers
+
+T = TypeVar("T")
+
+_JOB: Callable[[int], object] | None = None  # the job of the pool being run (set before the fork)
+
+
+def _init() -> None:
+    # the workers share the cores: one intra-op thread each, also for the library's entry points, whose
+    # thread policy reads ATTNDYN_THREADS first (this process' environment only)
+    os.environ[ENV] = "1"
+    torch.set_num_threads(1)
+
+
+def _run(i: int) -> object:
+    assert _JOB is not None
+    return _JOB(i)
+
+
+def pmap(fn: Callable[[int], T], count: int, *, workers: int | None = None) -> list[T]:
+    """``[fn(i) for i in range(count)]``, over :func:`attndyn.core.threads.workers` processes (module docstring)."""
+    global _JOB
+    count = int(count)
+    k = choose_workers(count, workers)
+    if k <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(i) for i in range(count)]
+    _JOB = fn
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork of a process with threads (torch's): the workers only compute
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(k, initializer=_init) as pool:
+                return pool.map(_run, range(count), chunksize=1)
+    finally:
+        _JOB = None
