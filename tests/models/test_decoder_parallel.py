@@ -157,3 +157,24 @@ def test_the_twin_with_factored_values_is_the_dense_twin(tmp_path):
             assert ours[k] == pytest.approx(v, rel=1e-10, abs=1e-14), k
         else:
             assert ours[k] == v, k
+
+
+def test_the_workers_end_quietly_under_the_cli_s_sigterm_handler():
+    """The CLI turns SIGTERM into Ctrl-C; the pool ends its workers with SIGTERM: they must not inherit that
+    handler (they printed KeyboardInterrupt tracebacks at the end of a map, racing the pool's shutdown: ten maps
+    showed it every time here)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal\n"
+        "def _interrupt(s, f):\n    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGTERM, _interrupt)\n"
+        "from attndyn.core.parallel import pmap\n"
+        "for _ in range(10):\n    out = pmap(lambda i: i * i, 6, workers=2)\n"
+        "print(out)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 4, 9, 16, 25]"
+    assert "KeyboardInterrupt" not in done.stderr

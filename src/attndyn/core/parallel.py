@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import warnings
 from collections.abc import Callable
 from typing import TypeVar
@@ -38,6 +39,10 @@ def _init() -> None:
     # thread policy reads ATTNDYN_THREADS first (this process' environment only)
     os.environ[ENV] = "1"
     torch.set_num_threads(1)
+    # the parent handles Ctrl-C and SIGTERM (the CLI keeps what finished) and ends its pool, which sends the
+    # workers SIGTERM: they end quietly, without the parent's handler raising in each of them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(i: int) -> object:
@@ -57,7 +62,13 @@ def pmap(fn: Callable[[int], T], count: int, *, workers: int | None = None) -> l
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # fork of a process with threads (torch's): the workers only compute
             ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(k, initializer=_init) as pool:
-                return pool.map(_run, range(count), chunksize=1)
+            pool = ctx.Pool(k, initializer=_init)
+            try:
+                out = pool.map(_run, range(count), chunksize=1)
+                pool.close()  # the workers end on their own: no SIGTERM races a worker still starting
+                pool.join()
+                return out
+            finally:
+                pool.terminate()  # after an error or Ctrl-C (a no-op once joined)
     finally:
         _JOB = None
