@@ -616,6 +616,7 @@ FUNCTION_OF = {
     "causal-position-bias": "test_causal_position_bias_checks_fail_on_violations",
     "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
     "sinks": "test_sinks_checks_fail_on_violations",
+    "trained-decoder": "test_trained_decoder_checks_fail_on_violations",
     "noisy": "test_noisy_checks_fail_on_violations",
 }
 
@@ -1128,6 +1129,31 @@ def test_sinks_checks_fail_on_violations():
         moved[flow] = judged(cid, a)
     assert failing(moved["softmax"], "softmax: the sink never moves")
     assert failing(moved["unnormalized"], "USA: the sink never moves")
+
+
+def test_trained_decoder_checks_fail_on_violations():
+    """Issue 34, item 9: the derivable identities of the real SmolLM2 run are judged, each seen to fail."""
+    from attndyn.models.decoder_files import smollm2_available
+
+    ok, why = smollm2_available()
+    if not ok:
+        pytest.skip(why)
+    cid = "trained-decoder"
+    a = copy_arrays(cid)
+    a["twin_vs_sublayer"] = a["twin_vs_sublayer"] + 1e-9  # the twin's step 1e-9 off the sublayer
+    assert failing(judged(cid, a), "the twin's one step is the attention sublayer")
+    a = copy_arrays(cid)
+    a["twin_one_step_rope_ffn"][0] = 1e-8
+    assert failing(judged(cid, a), "the layer's own maps with RoPE")
+    a = copy_arrays(cid)
+    a["twin_ffn_share_shapley"][0] += 1e-5
+    assert failing(judged(cid, a), "the Shapley shares of attention and feed-forward")
+    a = copy_arrays(cid)
+    a["uniform_leaders"][0, -1] = [0, 2, 1]
+    assert failing(judged(cid, a), "uniform causal attention's leaders")
+    a = copy_arrays(cid)
+    a["uniform_sink_rate"][0, -1] = 1.0 - a["uniform_sink_rate"][0, -1]
+    assert failing(judged(cid, a), "uniform causal attention's sink rate")
 
 
 def test_noisy_checks_fail_on_violations():
