@@ -107,9 +107,10 @@ RATE_DETECTS = {
     "S^2 particle": "beta off by 0.5 % in the S^2 particles",
     "S^2 meanfield": "beta off by 1e-5 (relative) in the S^2 solver",
 }
-# at the quick size (160 systems of 256 particles at the judged beta): beta x 0.6 (beta = 3: two clusters) and x 1.6
-# (beta = 8: k_max = 4), where the run resolves mode 3 from modes 2 and 4
-NOISE_DETECTS = "beta x 0.6 or x 1.6 in the white-noise runs at the quick size (beta = 3: two clusters; beta = 8: k_max = 4)"
+# at the quick size (160 systems of 256 particles at the judged beta): beta x 0.6 (beta = 3: two clusters), where the
+# run resolves mode 3 from mode 2 with room; beta x 1.6 (beta = 8: k_max = 4) failed at seed 0 only, and an independent
+# referee's linear-theory estimate puts mode 4's gap (0.33) at the edge of 3 sigma (0.34): not a reliable detection
+NOISE_DETECTS = "beta x 0.6 in the white-noise runs at the quick size (beta = 3: two clusters); beta x 1.6 (k_max = 4) only at the edge"
 RESOLVE_Z = 3.0  # mode k is resolved from k_max when the predicted log-power gap is at least this many measured sigma_k
 
 

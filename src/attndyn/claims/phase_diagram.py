@@ -14,7 +14,8 @@ lam^2 through lam = 1/2 and 1/4, (4 t50(1/4) - t50(1/2)) / 3, leaves O(lam^4) at
 beta = 5); the pair lam = 1, 1/2 left -0.9 % there.
 
 The budget is made of this run's own errors: z bootstrap standard errors of the extrapolated value (the systems
-resampled together at both lams: the pairing cancels the first-order fluctuation, as sum_k w_k lam_k = 1/6; z the
+resampled together at both lams: the pairing keeps the first-order fluctuation at weight sum_k w_k lam_k = 1/6 (not
+cancelled: the joint bootstrap carries it); z the
 Student-t quantile, systems - 1 degrees of freedom, at family-wise 1e-3 over the judged betas: 5.45 at quick
 size), 3x its interpolation error (every other save; crossings are interpolated in log(1 - cos), 4e-6 at
 lam = 0), the change when lam = 1 joins as a third point (an estimate of the O(lam^4) remainder), and the RK4
@@ -271,8 +272,8 @@ def extrapolated(full: np.ndarray, paired: np.ndarray, halving: np.ndarray, lams
 
     * ``value``: Richardson in lam^2 through the two paired starts, w @ t50(lams) (lam = 1/2, 1/4: (4 t50(1/4) -
       t50(1/2)) / 3); the finite-d bias is c lam^2 + O(lam^4), which this removes to O(lam_1^2 lam_2^2);
-    * ``standard_error``: bootstrap over the systems, the same resample at both lams (the pairing cancels the
-      first-order fluctuation: sum_k w_k lam_k = 1/6, so the extrapolated value's spread is about a sixth of t50's);
+    * ``standard_error``: bootstrap over the systems, the same resample at both lams (the pairing keeps the
+      first-order fluctuation at weight sum_k w_k lam_k = 1/6, which this resampling carries);
     * ``interpolation``: a third of the change in the extrapolated value when every other save is read;
     * ``remainder``: the change when lam = 1 joins the extrapolation (three points), an estimate of the O(lam^4) term;
     * ``step``: the RK4 error, 16/15 of the largest change of a pair's crossing time when the first system's step is
