@@ -74,8 +74,8 @@ def describe_file(name: str, source: str) -> dict:
     return {"file": file, "quantisation": quant, "tuning": "instruct" if tuned else "base"}
 
 
-def null_values(dec, ids: list[list[int]], dtype, *, random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS,
-                seed: int = 0) -> tuple[dict, dict]:  # fmt: skip
+def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype, *, random_draws: int = nulls.RANDOM_DRAWS,
+                shuffle_draws: int = nulls.SHUFFLE_DRAWS, seed: int = 0) -> tuple[dict, dict]:  # fmt: skip
     """The three nulls' per-layer values on the prompts ``ids``, ``{null: {key: (prompts, draws, L + 1)}}``:
     uniform causal attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn
     from seed + k and run on every prompt) and ``shuffle_draws`` permutations of each prompt. Each draw's
