@@ -44,7 +44,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -346,9 +348,11 @@ def read_gguf(path: str | Path, *, lazy: bool = True) -> Decoder:
 
     The first read parses the file (the ``gguf`` package is slow on Gemma's 262,144-token
     vocabulary) and caches the dequantized tensors with the parsed metadata in their header, and the
-    tokenizer as JSON, keyed by the file's SHA-256; later reads open only the cache. ``lazy``: the
-    layers are read from the memory-mapped cache one at a time when they run (the first read still
-    dequantizes the whole file once, to write the cache); False holds them all in memory.
+    tokenizer as JSON, keyed by the file's SHA-256; later reads open only the cache. The cache is written
+    one tensor at a time (:func:`_write_cache`: read, dequantized, checked, written, freed), so the first
+    read never holds more than one dequantized tensor beside the cache's map. ``lazy``: the layers are
+    read from the memory-mapped cache one at a time when they run, on the first read as on later ones;
+    False holds them all in memory (read back from the cache).
     """
     try:
         import gguf
@@ -369,17 +373,23 @@ def read_gguf(path: str | Path, *, lazy: bool = True) -> Decoder:
         raise CheckpointError(f"{path} is not a readable GGUF file ({type(err).__name__}: {err})") from None
     meta = _gguf_meta(reader, path)
     shapes = _gguf_shapes(reader, path, meta)
-    arrays = _dequantized(path, reader, meta, shapes)
     tokenizer = _gguf_tokenizer(reader, path)
-    decoder = _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer, lazy=lazy)  # every tensor checked
-    _write_cache(digest, arrays, meta, tokenizer)
-    if lazy:  # the dequantized arrays are freed; the layers are read from the cache's map from now on
-        del decoder, arrays
-        cached = _read_cache(digest, lazy=True)
-        if cached is None:
-            raise CheckpointError(f"{path}: the cache of its dequantized tensors cannot be read back from {_cache_paths(digest)[0]}")
-        decoder = _decoder_from_arrays(cached[0], cached[1], source=str(path), tokenizer=tokenizer, lazy=True)
-    return decoder
+    infos = {t.name: t for t in reader.tensors if t.name in shapes}  # the file's order, which the cache keeps
+    del reader  # the tensors' bytes are read from the file one at a time (_dequantize_one), not from the reader's map
+
+    def build(arrays: dict) -> Decoder:  # every tensor checked again (shapes, finite), one layer at a time
+        return _decoder_from_arrays(arrays, meta, source=str(path), tokenizer=tokenizer, lazy=True)
+
+    decoder = _write_cache(
+        digest, {name: shapes[name] for name in infos}, lambda name: _dequantize_one(path, infos[name], meta, shapes[name]), meta, tokenizer, build
+    )
+    if lazy:  # built from the cache's map (the temporary file's, renamed), as a later read builds it
+        return decoder
+    del decoder
+    cached = _read_cache(digest, lazy=False)
+    if cached is None:
+        raise CheckpointError(f"{path}: the cache of its dequantized tensors cannot be read back from {_cache_paths(digest)[0]}")
+    return _decoder_from_arrays(cached[0], cached[1], source=str(path), tokenizer=tokenizer, lazy=False)
 
 
 CACHE_FORMAT = "attndyn-decoder-2"  # 2: meta with the context length and the feed-forward width, all checked
@@ -422,42 +432,75 @@ def _read_cache(digest: str, *, lazy: bool = False):
     return arrays, meta, tokenizer
 
 
-def _write_cache(digest: str, arrays: dict, meta: dict, tokenizer) -> None:
-    """Write then rename: an interrupted write never leaves a cache that looks complete."""
-    from safetensors.numpy import save_file
-
+def _write_cache(
+    digest: str, shapes: dict[str, tuple[int, ...]], tensor: Callable[[str], np.ndarray], meta: dict, tokenizer, build: Callable[[dict], Decoder]
+) -> Decoder:
+    """The cache of a GGUF file, streamed: a safetensors file (8-byte little-endian header length, the JSON
+    header, the tensors' bytes in ``shapes``' order) whose header is written first, every tensor being
+    float32 of its known shape; then each ``tensor(name)`` (dequantized and checked by the caller) is
+    written and freed before the next is made. The file is written under a temporary name, ``build``
+    makes the decoder from its map, and only then is it renamed: an interrupted write or a file whose
+    decoder cannot be built never leaves a cache that looks complete (the temporary file is removed)."""
     tensors, tok_file = _cache_paths(digest)
     tensors.parent.mkdir(parents=True, exist_ok=True)
-    if tokenizer is not None:
-        tmp = tok_file.with_name(f".{tok_file.name}.{os.getpid()}.tmp")
-        tokenizer.save(str(tmp))
-        os.replace(tmp, tok_file)
+    header: dict = {"__metadata__": {"format": CACHE_FORMAT, "meta": json.dumps(meta), "tokenizer": "yes" if tokenizer is not None else "no"}}
+    offset = 0
+    for name, shape in shapes.items():
+        n = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data 8-byte aligned, as safetensors pads its header
     tmp = tensors.with_name(f".{tensors.name}.{os.getpid()}.tmp")
-    header = {"format": CACHE_FORMAT, "meta": json.dumps(meta), "tokenizer": "yes" if tokenizer is not None else "no"}
-    save_file(arrays, str(tmp), metadata=header)
-    os.replace(tmp, tensors)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(text).to_bytes(8, "little") + text)
+            for name, shape in shapes.items():
+                a = tensor(name)
+                if a.dtype != np.float32 or tuple(a.shape) != tuple(shape):
+                    raise CheckpointError(f"{tmp}: tensor {name!r} came as {a.dtype} {tuple(a.shape)}, expected float32 {tuple(shape)}")
+                f.write(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"))
+                del a  # freed before the next tensor is dequantized
+        size = tmp.stat().st_size
+        if size != 8 + len(text) + offset:
+            raise CheckpointError(f"{tmp}: {size} bytes written, expected {8 + len(text) + offset}")
+        arrays, _ = fc.map_safetensors(tmp)
+        decoder = build(arrays)
+        if tokenizer is not None:
+            tok_tmp = tok_file.with_name(f".{tok_file.name}.{os.getpid()}.tmp")
+            tokenizer.save(str(tok_tmp))
+            os.replace(tok_tmp, tok_file)
+        os.replace(tmp, tensors)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return decoder
 
 
-def _dequantized(path: Path, reader, meta: dict, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The tensors of ``shapes`` (checked by :func:`_gguf_shapes`) dequantized to float32, each finite."""
+def _dequantize_one(path: Path, t, meta: dict, shape: tuple[int, ...]) -> np.ndarray:
+    """Tensor ``t`` (a ``gguf`` ReaderTensor whose shape :func:`_gguf_shapes` checked) dequantized to float32,
+    finite, with llama's query/key rows put back in the Hugging Face order. Its bytes are read from the file
+    into a new array (not through the reader's map, whose touched pages would stay resident) and freed with it."""
     import gguf
 
-    arrays = {}
-    for t in reader.tensors:
-        if t.name not in shapes:
-            continue
-        try:
-            a = gguf.quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise ModelFileError(f"{path}: tensor {t.name!r} uses the quantization {t.tensor_type.name}, which gguf cannot dequantize") from None
-        a = np.asarray(a, dtype=np.float32).reshape(shapes[t.name])
-        fc.check_tensor(a, f"{path}: tensor {t.name!r}")
-        if meta["arch"] == "llama" and t.name.endswith("attn_q.weight"):
-            a = undo_rope_interleave(a, meta["heads"])
-        elif meta["arch"] == "llama" and t.name.endswith("attn_k.weight"):
-            a = undo_rope_interleave(a, meta["kv_heads"])
-        arrays[t.name] = np.ascontiguousarray(a)
-    return arrays
+    with open(path, "rb") as f:
+        f.seek(int(t.data_offset))
+        raw = np.fromfile(f, dtype=np.uint8, count=int(t.n_bytes))
+    if raw.size != int(t.n_bytes):
+        raise ModelFileError(f"{path}: tensor {t.name!r} ends past the end of the file")
+    data = raw.view(t.data.dtype).reshape(t.data.shape)  # what the reader's map holds (its dtype and shape: no read)
+    try:
+        a = gguf.quants.dequantize(data, t.tensor_type)
+    except NotImplementedError:
+        raise ModelFileError(f"{path}: tensor {t.name!r} uses the quantization {t.tensor_type.name}, which gguf cannot dequantize") from None
+    del raw, data
+    a = np.asarray(a, dtype=np.float32).reshape(shape)
+    fc.check_tensor(a, f"{path}: tensor {t.name!r}")
+    if meta["arch"] == "llama" and t.name.endswith("attn_q.weight"):
+        a = undo_rope_interleave(a, meta["heads"])
+    elif meta["arch"] == "llama" and t.name.endswith("attn_k.weight"):
+        a = undo_rope_interleave(a, meta["kv_heads"])
+    return np.ascontiguousarray(a)
 
 
 def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: str, tokenizer, lazy: bool = False) -> Decoder:
