@@ -167,11 +167,16 @@ def test_an_interrupted_write_leaves_no_cache_and_the_next_read_rebuilds_it(tmp_
     np.testing.assert_array_equal(dec.layers.at(0, None).W_q.numpy(), want["blk.0.attn_q.weight"])
 
 
-def test_a_tensor_with_a_nan_is_refused_with_its_name_and_nothing_is_cached(tmp_path):
+def test_a_tensor_with_a_nan_is_refused_with_its_name_and_nothing_is_cached(tmp_path, monkeypatch):
     path = tmp_path / "nan.gguf"
     w = weights()
     w["blk.1.ffn_up.weight"][5, 7] = np.nan
     write(path, w)
+    original = decoder_files._dequantize_one
+    calls = []
+    monkeypatch.setattr(decoder_files, "_dequantize_one", lambda *args: calls.append(args[1].name) or original(*args))
     with pytest.raises(CheckpointError, match=r"tensor 'blk\.1\.ffn_up\.weight' holds non-finite values"):
         read_gguf(path)
+    assert calls[-1] == "blk.1.ffn_up.weight"  # refused as it is dequantized: no later tensor is read
+    assert len(calls) < len(w)  # (and later ones there were)
     assert cache_files(tmp_path) == []
