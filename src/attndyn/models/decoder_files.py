@@ -8,7 +8,9 @@ Contract
   ``(i, i + hd/2)`` as the Hugging Face layout does), and the byte-level BPE tokenizer rebuilt with
   ``tokenizers`` from the vocabulary and merges in the metadata. The dequantized weights are cached
   as safetensors under the cache folder, keyed by the file's SHA-256, so a second load reads one
-  file.
+  file. The first read streams the cache: each tensor is read from the file, dequantized, checked,
+  written and freed before the next (the header first, every shape known from the metadata), under a
+  temporary name renamed once the decoder is built from it, so a first read's memory is a later read's.
 * ``read_hf_llama(folder)`` reads ``config.json`` and ``*.safetensors`` (and ``tokenizer.json``
   when present) of a ``LlamaForCausalLM`` folder.
 * Lazy by default (``lazy=True`` of every reader): the safetensors files (a folder's, or the GGUF cache) are
