@@ -461,6 +461,11 @@ def test_positive_share_equals_the_spectrum_of_the_full_symmetric_part():
     assert _positive_share(Q, C, K) == pytest.approx(float(lam.clamp(min=0).sum() / lam.abs().sum()), rel=1e-10)
     S = torch.as_tensor(rng.normal(size=(9, 9)))
     assert _positive_share(S[:4], torch.eye(4, dtype=torch.float64), S[:4]) == pytest.approx(1.0)  # Q = K: PSD
+    # 2 hd > d: the thin factor of [Q; K]^T is d x 2hd, its problem d-sized
+    Q, K = (torch.as_tensor(rng.normal(size=(4, 6))) for _ in range(2))
+    A = Q.T @ C @ K
+    lam = torch.linalg.eigvalsh((A + A.T) / 2)
+    assert _positive_share(Q, C, K) == pytest.approx(float(lam.clamp(min=0).sum() / lam.abs().sum()), rel=1e-10)
 
 
 def test_leaders_are_the_columns_that_receive_the_most_attention(tmp_path):

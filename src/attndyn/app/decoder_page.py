@@ -74,29 +74,53 @@ def describe_file(name: str, source: str) -> dict:
     return {"file": file, "quantisation": quant, "tuning": "instruct" if tuned else "base"}
 
 
-def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype, *, random_draws: int = nulls.RANDOM_DRAWS,
+NULL_DTYPE = torch.float32  # the nulls' forwards (module docstring): their draw spread is far above float32's rounding
+
+
+def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DTYPE, *, random_draws: int = nulls.RANDOM_DRAWS,
                 shuffle_draws: int = nulls.SHUFFLE_DRAWS, seed: int = 0) -> tuple[dict, dict]:  # fmt: skip
-    """The three nulls' per-layer values on the prompts ``ids``, ``{null: {key: (prompts, draws, L + 1)}}``:
-    uniform causal attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn
-    from seed + k and run on every prompt) and ``shuffle_draws`` permutations of each prompt. Each draw's
-    forwards are reduced to their values before the next is run (a forward of every draw at once would not
-    fit in memory). Also returns the number of draws of each null."""
+    """The three nulls' per-layer values (:data:`~attndyn.models.decoder_geometry.NULL_KEYS`) on the prompts
+    ``ids``, their forwards run in ``dtype``: ``{null: {key: (prompts, draws, L + 1)}}`` for uniform causal
+    attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn from seed + k
+    and run on every prompt) and ``shuffle_draws`` permutations of each prompt. Also returns the number of
+    draws of each null.
+
+    One pool of jobs over the worker processes: a random-weight model a job (drawn in the worker, which
+    then runs it on every prompt: one model a worker in memory), then a forward a job for the uniform and
+    shuffled nulls. Each job reduces its forwards to their values before it returns, so nothing larger
+    than a prompt's table comes back; each job depends on its index alone (the permutations are drawn here,
+    in order), so the numbers do not depend on the worker count."""
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
     rng = np.random.default_rng(seed)
+    shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]
+    run = with_dtype(dec, dtype)  # the network's weights cast once, shared by the workers
 
-    def values_of(fws) -> dict:
-        return layer_values(fws, clusters=False)
+    def values(model: Decoder, i: list[int], attention: str) -> dict:
+        fw = forward(model, i, dtype=dtype, attention=attention, logits=False)
+        v = geo.layer_values([fw], clusters=False, keys=geo.NULL_KEYS)
+        return {key: v[key][0] for key in geo.NULL_KEYS}
 
-    runs: dict[str, list[dict]] = {"uniform": [values_of(forwards([(dec, i, "uniform") for i in ids], dtype))]}
-    runs["random"] = []
-    for k in range(random_draws):  # one random model in memory at a time, its prompts over the workers
-        model = with_dtype(nulls.random_decoder(dec, seed + k), dtype)  # its weights cast once, not on every forward
-        runs["random"].append(values_of(forwards([(model, i, "softmax") for i in ids], dtype)))
-        del model
-    shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]  # drawn here, in order: the same whatever the workers
-    runs["shuffled"] = [values_of(forwards([(dec, i, "softmax") for i in draw], dtype)) for draw in shuffles]
-    out = {name: {key: np.stack([r[key] for r in draws], axis=1) for key in draws[0]} for name, draws in runs.items()}
-    return out, {name: len(draws) for name, draws in runs.items()}
+    tokens = sorted({t for i in ids for t in i})  # a shuffle permutes a prompt's tokens: no other rows are read
+
+    def random_job(k: int) -> list[dict]:
+        model = nulls.random_decoder(dec, seed + k, tokens)  # drawn in float32
+        model = model if dtype == torch.float32 else with_dtype(model, dtype)
+        return [values(model, i, "softmax") for i in ids]
+
+    P = len(ids)
+    jobs: list[Callable[[], object]] = [lambda k=k: random_job(k) for k in range(random_draws)]  # the longest first
+    jobs += [lambda i=i: values(run, i, "uniform") for i in ids]
+    jobs += [lambda i=i: values(run, i, "softmax") for draw in shuffles for i in draw]
+    out = pmap(lambda j: jobs[j](), len(jobs))
+    runs = {
+        "uniform": [out[random_draws : random_draws + P]],
+        "random": out[:random_draws],
+        "shuffled": [out[random_draws + P * (1 + s) : random_draws + P * (2 + s)] for s in range(shuffle_draws)],
+    }
+    stacked = {
+        name: {key: np.stack([np.stack([v[key] for v in draw]) for draw in draws], axis=1) for key in geo.NULL_KEYS} for name, draws in runs.items()
+    }
+    return stacked, {name: len(draws) for name, draws in runs.items()}
 
 
 def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype) -> list:
@@ -114,27 +138,42 @@ def layer_values(fws: list, *, clusters: bool) -> dict[str, np.ndarray]:
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
+def prompt_ids(dec: Decoder, texts: list[str], *, cut: bool = False) -> list[list[int]]:
+    """The prompts' token ids; with ``cut`` a prompt longer than the model's context is cut to it."""
+    context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
+    return [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
+
+
+def split_nulls(null: tuple[dict, dict], start: int, stop: int) -> tuple[dict, dict]:
+    """:func:`null_values`' output for the prompts ``start:stop`` (each prompt's values depend on it alone)."""
+    nv, draws = null
+    return {name: {key: v[start:stop] for key, v in by_key.items()} for name, by_key in nv.items()}, draws
+
+
 def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False,
-                     random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS) -> tuple[list, dict, dict]:  # fmt: skip
+                     random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS,
+                     null_dtype: torch.dtype = NULL_DTYPE, null: tuple[dict, dict] | None = None) -> tuple[list, dict, dict]:  # fmt: skip
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
     intervals, the nulls' means over prompts and draws, their spread over draws, and the interval of the
     difference by the two-level bootstrap over prompts and draws) and the set's summary (Sink_1^eps at
     T = 64, the sentences). With ``cut`` (the shipped prompts, a default that must fit the model read) a
     prompt longer than the context is cut to it; a prompt the user gave is refused instead (``forward``'s
-    PromptError names the context)."""
-    context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
-    ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
+    PromptError names the context). ``null``: :func:`null_values` of these prompts (in ``null_dtype``) when
+    the caller ran them already (the page runs the nulls of both prompt sets in one pool)."""
+    ids = prompt_ids(dec, texts, cut=cut)
     fws = forwards([(dec, i, "softmax") for i in ids], dtype)
     values = layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
-    nv, draws = null_values(dec, ids, dtype, random_draws=random_draws, shuffle_draws=shuffle_draws)
+    nv, draws = null if null is not None else null_values(dec, ids, null_dtype, random_draws=random_draws, shuffle_draws=shuffle_draws)
+    # a difference within the rounding of the coarser of the two runs is no difference (layer 0 of the shuffled null)
+    tol = max(nulls.rounding(dtype), nulls.rounding(null_dtype))
     layers = list(range(len(rows)))
     sentences, diffs = [], {}
     for key in geo.NULL_KEYS:
         unit = "attention" if key in geo.ATTENTION_KEYS else "hidden"
         for name in NULLS:
             a, b = _complete(values[key], nv[name][key])
-            d = nulls.draws_difference(a, b, rounding=nulls.rounding(dtype))
+            d = nulls.draws_difference(a, b, rounding=tol)
             diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()}
             ns = nulls.draws_summary(b)
             mean = _column_means(b.reshape(b.shape[0] * b.shape[1], -1))
@@ -324,30 +363,32 @@ def decoder_report(
     shipped = list(prompts) == list(PROMPTS)
     held = (list(HELD_OUT) if shipped else []) if held_out is None else held_out
     prompt_set = prompt_set or ("the shipped prompts" if shipped else "the given prompts")
-    step(f"forward passes and token geometry of {len(prompts)} prompts and their three nulls")
     pool = f"{prompt_set} ({len(prompts)})"
     # the weights held in the run's dtype once (forward casts each weight on each call otherwise): the same numbers
     run = with_dtype(dec, dtype)
-    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped)
+    ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
+    step(f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')})")
+    null = null_values(run, ids)  # both sets in one pool: each random-weight model is drawn once for all prompts
+    P = len(prompts)
+    step(f"forward passes and token geometry of {P} prompts")
+    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P))
     held_study = None
     if held:
-        step(f"the held-out set: {len(held)} prompts and their nulls")
-        _, held_layers, held_study = prompt_set_study(run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped)
+        step(f"the held-out set: {len(held)} prompts")
+        _, held_layers, held_study = prompt_set_study(
+            run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped, null=split_nulls(null, P, len(ids))
+        )
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
-    step(f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, and the particle twins")
-    heads, head_regimes, twins = _heads_and_twins(dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers)
+    step(
+        f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, the particle twins, "
+        "and the random-weights null of the regimes and the sublayer shares"
+    )
+    heads, head_regimes, twins, (null_regimes, null_shares) = _heads_and_twins(dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers, dtype)
     by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
-    step("the random-weights null of the regimes and the sublayer shares")
-    random_dec = nulls.random_decoder(dec, 0)  # the first random-weights draw: gain 1, folded as the network's
-    null_regimes = regimes.head_regimes(random_dec, tuple(regime_layers), draws=0)
-    random_fws = forwards([(random_dec, f.ids, "softmax") for f in fws[:TWIN_PROMPTS]], dtype) if twin_layers else []
     for t in twins:
-        k, rf = t["layer"], random_fws[t["prompt"]]
-        shares = geo.sublayer_shares(random_dec, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
-        t.update({f"{key}_null_random": shares[key] for key in SHARE_KEYS})
-    del random_dec, random_fws
+        t.update({f"{key}_null_random": null_shares[t["layer"], t["prompt"]][key] for key in SHARE_KEYS})
     summary, leaders = twin_summary(twins, twin_layers)
     step("figures and the page")
     about = describe_file(dec.name, dec.source)
@@ -412,6 +453,7 @@ def decoder_report(
         "prompt_set": prompt_set,
         "tokens": [len(f.ids) for f in fws],
         "dtype": str(dtype).removeprefix("torch."),
+        "null_dtype": str(NULL_DTYPE).removeprefix("torch."),
         "heatmap": {"layer": lay, "head": head, "rank": int(np.linalg.matrix_rank(P, tol=1e-4)), "size": int(P.shape[0])},
         "per_layer": layers,
         "study": study,
@@ -445,13 +487,35 @@ def decoder_report(
     return record
 
 
-def _heads_and_twins(dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...]) -> tuple[list, list, list]:
-    """The head table, the heads' regimes and the particle twins, as one list of independent jobs over the
-    worker processes (the regimes, the longest, first; then the table; then one job a twin's layer and
-    prompt): each job runs whole in one process, so the numbers do not depend on the worker count."""
-    jobs = [lambda: regimes.head_regimes(dec, regime_layers), lambda: geo.head_table(dec), *geo.twin_jobs(run, fws, twin_layers)]
+def _heads_and_twins(
+    dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype
+) -> tuple[list, list, list, tuple[list, dict]]:
+    """The head table, the heads' regimes, the particle twins and the random-weights null of the regimes and
+    of the sublayer shares, as one list of independent jobs over the worker processes (the regimes, the
+    longest, first; then the table and the null; then one job a twin's layer and prompt): each job runs
+    whole in one process, so the numbers do not depend on the worker count."""
+    jobs = [
+        lambda: regimes.head_regimes(dec, regime_layers),
+        lambda: geo.head_table(dec),
+        lambda: _random_null(dec, fws, regime_layers, twin_layers, dtype),
+        *geo.twin_jobs(run, fws, twin_layers),
+    ]
     out = pmap(lambda k: jobs[k](), len(jobs))
-    return out[1], out[0], out[2:]
+    return out[1], out[0], out[3:], out[2]
+
+
+def _random_null(dec: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype) -> tuple[list, dict]:
+    """The first random-weights draw (gain 1, folded as the network's): its heads' regimes, and its sublayer
+    shares at each twin layer on each twin prompt, ``{(layer, prompt): shares}``."""
+    random_dec = nulls.random_decoder(dec, 0, sorted({t for f in fws for t in f.ids}))
+    null_regimes = regimes.head_regimes(random_dec, regime_layers, draws=0)
+    model = with_dtype(random_dec, dtype)
+    shares = {}
+    for p, f in enumerate(fws if twin_layers else []):
+        rf = forward(model, f.ids, dtype=dtype, logits=False)
+        for k in twin_layers:
+            shares[k, p] = geo.sublayer_shares(model, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
+    return null_regimes, shares
 
 
 def attention_figure(P: np.ndarray, layer: int, head: int, file: str, tol: float = 1e-4) -> object:
@@ -661,7 +725,8 @@ def findings_text(r: dict) -> str:
     rows, study = r["per_layer"], r["study"]
     pool = study["pool"]
     draws = study.get("null_draws") or {}
-    lines = [f"Findings for {r['file']} ({r['tuning']}, {r['quantisation']}, run in {r['dtype']}) on {pool} of "
+    nd = f", the nulls' forwards in {r['null_dtype']}" if r.get("null_dtype") not in (None, r["dtype"]) else ""
+    lines = [f"Findings for {r['file']} ({r['tuning']}, {r['quantisation']}, run in {r['dtype']}{nd}) on {pool} of "
              f"{min(r['tokens'])}-{max(r['tokens'])} tokens; intervals are 95 % bootstrap intervals over the prompts"
              + (f", and for the random-weights and shuffled-token nulls also over their draws ({draws.get('random')} random-weight "
                 f"models, {draws.get('shuffled')} shuffles of each prompt; a null's range over its draws is given beside it)" if draws else "")
@@ -720,7 +785,7 @@ FINDINGS_LAYER_KEYS = ("layer", "sink_rate", "sink_rate_ci", "massive_activation
 def findings_record(r: dict) -> dict:
     """The part of the record that :func:`findings_text` reads (``findings.json``; the docs' copies live in
     ``docs/data/findings-*.json`` and the docs' marked sections are generated from them)."""
-    keep = ("file", "tuning", "quantisation", "dtype", "tokens", "leaders", "regime_counts", "regime_undetermined", "regime_draws",
+    keep = ("file", "tuning", "quantisation", "dtype", "null_dtype", "tokens", "leaders", "regime_counts", "regime_undetermined", "regime_draws",
             "regime_counts_null_random")  # fmt: skip
     out = {k: r.get(k) for k in keep}
     out["per_layer"] = [{k: row[k] for k in FINDINGS_LAYER_KEYS if k in row} for row in r["per_layer"]]
@@ -817,7 +882,8 @@ def render(r: dict) -> str:
         "td,th{border:1px solid #ccc;padding:2px 6px}figure{display:inline-block;margin:4px}img{max-width:620px}</style></head><body>"
         f"<h1>{html.escape(r['title'])}</h1><p>{html.escape(r['model'])} (the file's own name); {r['layers']} layers, {r['heads']} query heads "
         f"sharing {r['kv_heads']} key/value heads, head dimension {r['head_dim']}, width {r['d_model']}; {html.escape(r['study']['pool'])} of "
-        f"{min(r['tokens'])}-{max(r['tokens'])} tokens, {html.escape(r['dtype'])}, attndyn {html.escape(r['version'])}.</p>"
+        f"{min(r['tokens'])}-{max(r['tokens'])} tokens, {html.escape(r['dtype'])} (the nulls' forwards in "
+        f"{html.escape(str(r.get('null_dtype', r['dtype'])))}), attndyn {html.escape(r['version'])}.</p>"
         f"<h2>Findings</h2><ul>{findings}</ul>"
         f"<div>{figs}</div><h2>Per layer</h2><p>{html.escape(nulls.LAYER_CONVENTION)} Each cell: the mean over the prompts, its 95 % "
         "bootstrap interval, and the nulls (uniform causal attention / random weights / shuffled tokens) where they apply, the last two "

@@ -127,10 +127,14 @@ NULL_KEYS = ("mean_cosine", "mean_cosine_without_first", "effective_rank", "norm
 ATTENTION_KEYS = ("sink_rate", "sink_rate_all_queries", "attention_on_first", "attention_entropy", "boolean_distance", "first_token_sole_leader")
 
 
-def layer_values(forwards: list[Forward], *, clusters: bool = True, pool: list[Forward] | None = None) -> dict[str, np.ndarray]:
+def layer_values(
+    forwards: list[Forward], *, clusters: bool = True, pool: list[Forward] | None = None, keys: tuple[str, ...] | None = None
+) -> dict[str, np.ndarray]:
     """Per prompt and layer, ``(prompts, L + 1)`` arrays of every measure (NaN where undefined: the
     attention measures at layer 0). The standardised cosine uses the statistics of ``pool`` (default:
-    ``forwards``) at each layer, the first tokens left out."""
+    ``forwards``) at each layer, the first tokens left out. ``keys``: the measures the caller needs; the
+    pooled standardised cosine and the stable rank (an SVD a layer) are left out unless they are among them
+    (the others cost little and are always there). The nulls need :data:`NULL_KEYS` alone, which need no pool."""
     if not forwards:
         raise ValueError("layer_values needs at least one forward pass")
     pool = forwards if pool is None else pool
@@ -140,22 +144,28 @@ def layer_values(forwards: list[Forward], *, clusters: bool = True, pool: list[F
     def put(key, p, layer, value):
         out.setdefault(key, np.full((len(forwards), L + 1), np.nan))[p, layer] = value
 
+    want = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
+    standardized = want("standardized_cosine")
+
     for layer in range(L + 1):
-        pooled = np.concatenate([fw.hidden[layer, 1:].double().numpy() for fw in pool])
-        mean, std = pooled.mean(0), pooled.std(0)
+        if standardized:
+            pooled = np.concatenate([fw.hidden[layer, 1:].double().numpy() for fw in pool])
+            mean, std = pooled.mean(0), pooled.std(0)
         for p, fw in enumerate(forwards):
             h = fw.hidden[layer].double().numpy()
             norms = np.linalg.norm(h, axis=1)
             ratio, tok, dim = massive_activation(h)
             put("mean_cosine", p, layer, mean_cosine(h))
             put("mean_cosine_without_first", p, layer, mean_cosine(h[1:]) if len(h) > 2 else np.nan)
-            put("standardized_cosine", p, layer, standardized_cosine(h[1:], mean, std) if len(h) > 2 else np.nan)
+            if standardized:
+                put("standardized_cosine", p, layer, standardized_cosine(h[1:], mean, std) if len(h) > 2 else np.nan)
             if clusters:
                 count = stable_cluster_count(h / norms[:, None], scale=2.0, rel_min=1e-3)
                 put("clusters", p, layer, count.count)
                 put("cluster_decades", p, layer, count.decades)
             put("effective_rank", p, layer, effective_rank(h))
-            put("stable_rank", p, layer, stable_rank(h))
+            if want("stable_rank"):
+                put("stable_rank", p, layer, stable_rank(h))
             put("norm_ratio", p, layer, norm_ratio(h))
             put("massive_activation_ratio", p, layer, ratio)
             put("massive_token", p, layer, tok)
@@ -227,16 +237,19 @@ def rope_averaged_core(head_dim: int, base: float, window: int) -> torch.Tensor:
     return R
 
 
-def _positive_share(Q: torch.Tensor, core: torch.Tensor, K: torch.Tensor) -> float:
+def _positive_share(Q: torch.Tensor, core: torch.Tensor, K: torch.Tensor, R: torch.Tensor | None = None) -> float:
     """The share sum(lambda+) / sum |lambda| of the symmetric part of ``Q^T core K`` (d x d), from a
-    2hd x 2hd problem: its non-zero eigenvalues are those of ``C G``, C = [[0, core/2], [core^T/2, 0]]
-    and G the Gram matrix of the rows of [Q; K]."""
+    symmetric problem of size at most 2hd: that part is B^T C B, with B = [Q; K] and C = [[0, core/2],
+    [core^T/2, 0]], and with B^T = U R (thin QR) its non-zero eigenvalues are those of R C R^T. ``R``: that
+    factor, when the caller has it (it does not depend on ``core``)."""
     hd = Q.shape[0]
     B = torch.cat([Q, K])
     C = torch.zeros(2 * hd, 2 * hd, dtype=torch.float64)
     C[:hd, hd:] = core / 2
     C[hd:, :hd] = core.T / 2
-    lam = torch.linalg.eigvals(C @ (B @ B.T)).real
+    R = torch.linalg.qr(B.T, mode="reduced").R if R is None else R
+    S = R @ C @ R.T
+    lam = torch.linalg.eigvalsh((S + S.T) / 2)
     total = float(lam.abs().sum())
     return float(lam.clamp(min=0).sum()) / total if total > 0 else float("nan")
 
@@ -275,6 +288,7 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
             _, R = torch.linalg.qr(Q.T)
             norm_QK = float(torch.linalg.matrix_norm(R @ K, ord=2))
             core = cores[bases[layer]]
+            RB = torch.linalg.qr(torch.cat([Q, K]).T, mode="reduced").R  # the [Q; K] factor of both positive shares
             norm_rope = float(torch.linalg.matrix_norm(R @ core @ K, ord=2))
             top = eig_V[np.argmax(np.abs(eig_V))]  # Def. 4.1: the eigenvalue of largest modulus
             row = {
@@ -283,8 +297,8 @@ def head_table(decoder: Decoder, *, regime_layers: tuple[int, ...] = (), rope_wi
                 "kv_group": g,
                 "effective_beta": beta * norm_QK,
                 "effective_beta_rope": beta * norm_rope,
-                "positive_share_QK": _positive_share(Q, eye, K),
-                "positive_share_rope": _positive_share(Q, core, K),
+                "positive_share_QK": _positive_share(Q, eye, K, RB),
+                "positive_share_rope": _positive_share(Q, core, K, RB),
                 "top_eig_V_real": float(top.real),
                 "top_eig_V_imag": float(top.imag),
                 "top_eig_V_abs": float(np.max(np.abs(eig_V))),
