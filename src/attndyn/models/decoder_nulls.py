@@ -38,7 +38,7 @@ BOOTSTRAP = 2000  # resamples of the prompts
 LEVEL = 0.95
 INIT_STD = 0.02  # initializer_range of LlamaConfig, Gemma3TextConfig and GPT2Config
 RANDOM_DRAWS = 4  # random-weight models drawn (each a whole model, shared by the prompts)
-SHUFFLE_DRAWS = 4  # permutations of each prompt (as many as weight draws: 10 forwards a prompt keep the page under 2 min on 2 cores)
+SHUFFLE_DRAWS = 8  # permutations of each prompt
 
 
 def bootstrap_interval(
