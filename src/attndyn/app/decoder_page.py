@@ -564,6 +564,24 @@ def _spread(d: dict, key: str) -> str:
     return f"{_fmt(d.get(key))} ({n} draws: {_fmt(sp[0])}-{_fmt(sp[1])})"
 
 
+def _nulls_at(row: dict, key: str, draws: dict) -> str:
+    """The three nulls' values of ``key`` at one layer, each with its range over draws and what the interval of
+    the network's difference to it says: "uniform causal attention 28.8 (the network exceeds it), ..."."""
+    parts = []
+    for name in NULLS:
+        value = row.get(f"{key}_null_{name}")
+        if not _finite(value):
+            continue
+        sp, n = row.get(f"{key}_null_{name}_spread"), draws.get(name, 1)
+        text = f"{NULL_NAMES[name]} {_fmt(value)}" + (f" ({n} draws: {_fmt(sp[0])}-{_fmt(sp[1])})" if sp and n and n > 1 else "")
+        ci = row.get(f"{key}_diff_{name}_ci")
+        if ci and _finite(ci[0]) and _finite(ci[1]):
+            verdict = "the network exceeds it" if ci[0] > 0 else "the network falls below it" if ci[1] < 0 else "cannot be told from the network"
+            text += f", difference {_ci(ci)}: {verdict}"
+        parts.append(text)
+    return "; ".join(parts) if parts else "no null"
+
+
 def _by_interval(rows: list[dict], key: str, level: float) -> dict[str, list[int]]:
     """The rows whose interval of ``key`` lies above ``level``, below it, or contains it (undetermined)."""
     out: dict[str, list[int]] = {"above": [], "below": [], "undetermined": []}
@@ -727,7 +745,9 @@ def findings_text(r: dict) -> str:
     draws = study.get("null_draws") or {}
     nd = f", the nulls' forwards in {r['null_dtype']}" if r.get("null_dtype") not in (None, r["dtype"]) else ""
     lines = [f"Findings for {r['file']} ({r['tuning']}, {r['quantisation']}, run in {r['dtype']}{nd}) on {pool} of "
-             f"{min(r['tokens'])}-{max(r['tokens'])} tokens; intervals are 95 % bootstrap intervals over the prompts"
+             f"{min(r['tokens'])}-{max(r['tokens'])} tokens; intervals are 95 % percentile-bootstrap intervals over the prompts "
+             "(a nominal level: over 12 prompts such intervals cover somewhat less, over 4 less still; each block's interval stands "
+             "alone, not corrected for the number of blocks read)"
              + (f", and for the random-weights and shuffled-token nulls also over their draws ({draws.get('random')} random-weight "
                 f"models, {draws.get('shuffled')} shuffles of each prompt; a null's range over its draws is given beside it)" if draws else "")
              + f". {nulls.LAYER_CONVENTION}"]  # fmt: skip
@@ -737,21 +757,19 @@ def findings_text(r: dict) -> str:
     lines.append(sink_sentence(rows, s1))
     big = max(rows, key=lambda x: x["massive_activation_ratio"] if _finite(x.get("massive_activation_ratio")) else -1)
     nr = max(rows, key=lambda x: x["norm_ratio"] if _finite(x.get("norm_ratio")) else -1)
-    null_r = big.get("massive_activation_ratio_null_random")
-    sp = big.get("massive_activation_ratio_null_random_spread")
-    null_text = f"{_fmt(null_r)}" + (f", {draws.get('random')} draws: {_fmt(sp[0])}-{_fmt(sp[1])}" if sp else "")
     lines.append(
         f"- Massive activations (Sun et al., arXiv 2402.17762: the largest entry magnitude over the median entry magnitude): "
         f"largest {nulls.where([big['layer']], 'hidden')}, {_fmt(big['massive_activation_ratio'])} {_ci(big['massive_activation_ratio_ci'])}, "
-        f"token {big['massive_token']}, dimension {big['massive_dim']} (random weights {null_text}). "
+        f"token {big['massive_token']}, dimension {big['massive_dim']}; at that layer {_nulls_at(big, 'massive_activation_ratio', draws)}. "
         f"The norm ratio |h_0| / median over tokens i >= 1 of |h_i| peaks at {_fmt(nr['norm_ratio'])} {_ci(nr['norm_ratio_ci'])} "
-        f"{nulls.where([nr['layer']], 'hidden')}."
+        f"{nulls.where([nr['layer']], 'hidden')}; there {_nulls_at(nr, 'norm_ratio', draws)}."
     )
     last = rows[-1]
     lines.append(
         f"- Token geometry {nulls.where([last['layer']], 'hidden')} (the last): mean pairwise cosine {_fmt(last['mean_cosine'])} "
-        f"{_ci(last['mean_cosine_ci'])}, standardised with the statistics of {pool} {_fmt(last['standardized_cosine'])} "
-        f"{_ci(last['standardized_cosine_ci'])} (the standardised value depends on the pool: it is defined for this pool only)."
+        f"{_ci(last['mean_cosine_ci'])} ({_nulls_at(last, 'mean_cosine', draws)}); standardised with the statistics of {pool} "
+        f"{_fmt(last['standardized_cosine'])} {_ci(last['standardized_cosine_ci'])} (descriptive, no null: the standardised value depends "
+        "on the pool and is defined for this pool only)."
     )
     shown = ("sink rate (Gu", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
     lines += [f"- {s}" for s in study["sentences"] if s.startswith(tuple(f"The network's {m}" for m in shown))]
@@ -777,9 +795,11 @@ def findings_text(r: dict) -> str:
 
 
 FINDINGS_LAYER_KEYS = ("layer", "sink_rate", "sink_rate_ci", "massive_activation_ratio", "massive_activation_ratio_ci", "massive_token",
-                      "massive_dim", "massive_activation_ratio_null_random", "massive_activation_ratio_null_random_spread", "norm_ratio",
-                      "norm_ratio_ci", "mean_cosine", "mean_cosine_ci",
-                      "standardized_cosine", "standardized_cosine_ci")  # fmt: skip
+                      "massive_dim", "norm_ratio", "norm_ratio_ci", "mean_cosine", "mean_cosine_ci",
+                      "standardized_cosine", "standardized_cosine_ci") + tuple(
+    f"{key}_{part}" for key in ("massive_activation_ratio", "norm_ratio", "mean_cosine") for name in NULLS
+    for part in (f"null_{name}", f"null_{name}_spread", f"diff_{name}_ci")
+)  # fmt: skip
 
 
 def findings_record(r: dict) -> dict:
