@@ -31,3 +31,15 @@ def minilm_checkpoint_page(tmp_path_factory):
     out = tmp_path_factory.mktemp("checkpoint") / "ck"
     result = CliRunner().invoke(app, ["checkpoint", "minilm", "--layer", "0", "--head", "3", "--text", "Tokens cluster.", "--out", str(out)])
     return result.exit_code, result.output, out
+
+
+@pytest.fixture
+def one_worker(monkeypatch):
+    """The decoder page's jobs run in this process (``ATTNDYN_THREADS=1``), for pages of tiny models.
+
+    ``pmap`` forks this process a few dozen times a page; forking the test process (torch, transformers and
+    matplotlib loaded) costs more system time than a tiny model's jobs take (about 2.5 s of a 6 s page).
+    The page's numbers are the same whatever the worker count (``pmap``'s contract, held by
+    tests/models/test_decoder_parallel.py, which runs the page on one worker and on two), so a test whose
+    point is not the workers loses nothing by running them here."""
+    monkeypatch.setenv("ATTNDYN_THREADS", "1")

@@ -159,7 +159,7 @@ def test_gpt2_folder_forward_equals_transformers_in_float64(tmp_path):
     assert int(torch.linalg.matrix_rank(torch.as_tensor(W.V[0]))) == 8
 
 
-def test_the_decoder_page_reads_a_gpt2_folder(tmp_path):
+def test_the_decoder_page_reads_a_gpt2_folder(tmp_path, one_worker):
     """The whole page on a GPT-2 folder with its own tokenizer.json: token geometry, head spectra and every
     head's regime; no particle twin (it is Pre-LN on the sphere, and LayerNorm is not), and asking for one says so."""
     from tokenizers import Tokenizer
