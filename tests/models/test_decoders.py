@@ -22,6 +22,7 @@ import torch
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward, head_weights
 from attndyn.models.decoder_files import load_decoder, read_gguf, read_hf_llama, rope_interleave, smollm2_available
+from tests.helpers import one_gguf_parse
 
 transformers = pytest.importorskip("transformers")
 
@@ -308,7 +309,8 @@ def smollm2_pair():
     from attndyn.models.decoder_files import smollm2_path
 
     path = smollm2_path()
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with one_gguf_parse():  # transformers parses the file for the config and for the weights: once here
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     return load_decoder("smollm2"), theirs
 
 
