@@ -35,10 +35,11 @@ def minilm_checkpoint_page(tmp_path_factory):
 
 @pytest.fixture
 def one_worker(monkeypatch):
-    """The decoder page's jobs run in this process (``ATTNDYN_THREADS=1``), for pages of tiny models.
+    """The decoder page's jobs run in this process (``ATTNDYN_THREADS=1``), for tests that are not about the workers.
 
     ``pmap`` forks this process a few dozen times a page; forking the test process (torch, transformers and
-    matplotlib loaded) costs more system time than a tiny model's jobs take (about 2.5 s of a 6 s page).
+    matplotlib loaded) costs more system time than a tiny model's jobs take (about 2.5 s of a 6 s page), and
+    on SmolLM2 two workers spent 96 CPU seconds where one spent 44 (test_decoders' page, measured).
     The page's numbers are the same whatever the worker count (``pmap``'s contract, held by
     tests/models/test_decoder_parallel.py, which runs the page on one worker and on two), so a test whose
     point is not the workers loses nothing by running them here."""

@@ -400,7 +400,7 @@ REGIMES = {"boolean-1d", "polytope", "collapse", "hyperplanes", "polytope-subspa
 
 @needs_smollm2
 @pytest.mark.checkpoint
-def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
+def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path, one_worker):
     import json
 
     from attndyn.app.cli import entry
