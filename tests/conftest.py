@@ -44,3 +44,25 @@ def one_worker(monkeypatch):
     tests/models/test_decoder_parallel.py, which runs the page on one worker and on two), so a test whose
     point is not the workers loses nothing by running them here."""
     monkeypatch.setenv("ATTNDYN_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm2_page(tmp_path_factory):
+    """``attndyn checkpoint smollm2 --out FOLDER`` run once per session, at the command's defaults: the shipped
+    prompts (and the held-out set beside them), float64, every layer's regimes, the default twin layers; the folder.
+
+    These are the arguments test_decoder_findings gives ``decoder_report`` (its committed findings are computed
+    at them), so that test and the structure checks of the SmolLM2 page (test_decoders) can read one run; the
+    options and short prompts are checked on a tiny folder
+    (test_checkpoint_options_choose_the_twin_and_regime_layers_and_short_prompts_have_no_sink_rate)."""
+    from attndyn.app.cli import entry
+    from attndyn.models.decoder_files import smollm2_available
+
+    ok, why = smollm2_available()
+    if not ok:
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("smollm2") / "page"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTNDYN_THREADS", "1")  # as one_worker: the same numbers, half the CPU time of two workers here
+        assert entry(["checkpoint", "smollm2", "--out", str(out)]) == 0
+    return out
