@@ -48,3 +48,14 @@ def one_gguf_parse():
         yield
     finally:
         gguf.GGUFReader = parse
+
+
+def copy_of(report: Path, tmp_path: Path, name: str = "report") -> Path:
+    """A folder attndyn wrote, copied into the test's own folder (files, modes, times). Its markers record content
+    hashes and relative paths only, so the copy is attndyn's as a later process finds it: a module-scoped run
+    shared by tests that each change their copy."""
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(report, out, symlinks=True)
+    return out

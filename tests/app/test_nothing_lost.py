@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from attndyn.app.cli import entry
 from attndyn.workflow import ownership
 from tests.app.test_bad_input import CONFIG, SWEEP, tree_hash
+from tests.helpers import copy_of
 
 
 def attndyn(*args: str, **popen) -> subprocess.Popen:
@@ -28,17 +28,10 @@ def attndyn(*args: str, **popen) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def two_claims(tmp_path_factory) -> Path:
-    """``attndyn reproduce model-equivalence hardmax --quick`` run once for the module (about 6 s); see :func:`copy_of`."""
+    """``attndyn reproduce model-equivalence hardmax --quick`` run once for the module (about 6 s); each test works on
+    a copy (:func:`tests.helpers.copy_of`)."""
     out = tmp_path_factory.mktemp("two-claims") / "report"
     assert entry(["reproduce", "model-equivalence", "hardmax", "--quick", "--out", str(out)]) == 0
-    return out
-
-
-def copy_of(report: Path, tmp_path: Path) -> Path:
-    """The report copied into the test's own folder (files, modes, times; its markers record content hashes and
-    relative paths only, so the copy is attndyn's as a later process finds it)."""
-    out = tmp_path / "report"
-    shutil.copytree(report, out, symlinks=True)
     return out
 
 
