@@ -1,5 +1,6 @@
 """Shared test helpers (imported explicitly; conftest.py holds fixtures only)."""
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -22,3 +23,39 @@ def random_weights(rng, d, *, heads=1, m=None, scale=0.5):
 
 def tensor(a):
     return torch.as_tensor(np.asarray(a, dtype=np.float64))
+
+
+@contextlib.contextmanager
+def one_gguf_parse():
+    """Within the block, ``gguf.GGUFReader(path)`` parses each file once and hands the same reader back.
+
+    transformers' GGUF loader builds a new ``GGUFReader`` for the tokenizer, for the config and for the
+    weights: three parses of the same file (about 15 s each for Gemma-3-270M's 262k-token vocabulary). A
+    reader is a read-only memory map of the file, so the second and third loads see the same fields and
+    tensors. Only the oracle's loading runs in the block; attndyn's own reader is called outside it."""
+    import gguf
+
+    parse, readers = gguf.GGUFReader, {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(Path(path).resolve()), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = parse(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = parse
+
+
+def copy_of(report: Path, tmp_path: Path, name: str = "report") -> Path:
+    """A folder attndyn wrote, copied into the test's own folder (files, modes, times). Its markers record content
+    hashes and relative paths only, so the copy is attndyn's as a later process finds it: a module-scoped run
+    shared by tests that each change their copy."""
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(report, out, symlinks=True)
+    return out

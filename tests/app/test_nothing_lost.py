@@ -19,15 +19,24 @@ from hypothesis import strategies as st
 from attndyn.app.cli import entry
 from attndyn.workflow import ownership
 from tests.app.test_bad_input import CONFIG, SWEEP, tree_hash
+from tests.helpers import copy_of
 
 
 def attndyn(*args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "attndyn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def test_reproduce_of_a_subset_keeps_the_other_claims(tmp_path):
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def two_claims(tmp_path_factory) -> Path:
+    """``attndyn reproduce model-equivalence hardmax --quick`` run once for the module (about 6 s); each test works on
+    a copy (:func:`tests.helpers.copy_of`)."""
+    out = tmp_path_factory.mktemp("two-claims") / "report"
     assert entry(["reproduce", "model-equivalence", "hardmax", "--quick", "--out", str(out)]) == 0
+    return out
+
+
+def test_reproduce_of_a_subset_keeps_the_other_claims(tmp_path, two_claims):
+    out = copy_of(two_claims, tmp_path)
     kept = tree_hash(out / "runs" / "hardmax")
     (out / "runs" / "notes.txt").write_text("mine")  # a foreign file inside the report
     assert entry(["reproduce", "model-equivalence", "--quick", "--out", str(out)]) == 0
@@ -86,9 +95,8 @@ def test_a_marker_naming_paths_outside_its_folder_is_never_followed(tmp_path):
     assert victim.read_text() == "precious"
 
 
-def test_a_failed_report_rebuild_leaves_no_page(tmp_path):
-    out = tmp_path / "report"
-    assert entry(["reproduce", "model-equivalence", "--quick", "--out", str(out)]) == 0
+def test_a_failed_report_rebuild_leaves_no_page(tmp_path, two_claims):
+    out = copy_of(two_claims, tmp_path)
     (out / "runs" / "model-equivalence" / "summary.json").unlink()  # a run that no longer matches
     assert entry(["report", str(out)]) == 2
     assert not (out / "index.html").exists()
@@ -152,9 +160,8 @@ def test_sigterm_during_reproduce_writes_the_page_of_the_finished_claims(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.5, 2.5, 4.5])
-def test_killing_reproduce_on_an_existing_report_loses_nothing(tmp_path, delay):
-    out = tmp_path / "report"
-    assert entry(["reproduce", "model-equivalence", "hardmax", "--quick", "--out", str(out)]) == 0
+def test_killing_reproduce_on_an_existing_report_loses_nothing(tmp_path, two_claims, delay):
+    out = copy_of(two_claims, tmp_path)
     kept = tree_hash(out / "runs" / "model-equivalence")
     proc = attndyn("reproduce", "hardmax", "--quick", "--out", str(out))
     time.sleep(delay)

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from attndyn.app.cli import app
 from attndyn.claims import EXPERIMENTS, load
+from tests.helpers import copy_of
 from tests.tiny_claims import SLOW, TINY, tiny_result
 
 
@@ -73,10 +74,17 @@ def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
     assert (out / "results.json").read_text() == before
 
 
-def test_svg_figures_only_with_the_svg_option(tmp_path):
+@pytest.fixture(scope="module")
+def hardmax_report(tmp_path_factory):
+    """``attndyn reproduce hardmax --quick`` run once for the module; each test works on a copy (:func:`tests.helpers.copy_of`)."""
+    out = tmp_path_factory.mktemp("hardmax") / "rep"
+    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0
+    return out
+
+
+def test_svg_figures_only_with_the_svg_option(tmp_path, hardmax_report):
     """An SVG costs about three PNGs: reproduce writes them (and the page links them) only with --svg."""
-    plain, vector = tmp_path / "plain", tmp_path / "vector"
-    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(plain)]).exit_code == 0
+    plain, vector = hardmax_report, tmp_path / "vector"
     assert not list(plain.rglob("*.svg"))
     assert list(plain.rglob("*.png"))
     assert ">SVG</a>" not in (plain / "index.html").read_text()
@@ -89,9 +97,8 @@ def test_svg_figures_only_with_the_svg_option(tmp_path):
         assert f'href="{svg}"' in page
 
 
-def test_report_refuses_half_written_run_folders(tmp_path):
-    out = tmp_path / "rep"
-    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0
+def test_report_refuses_half_written_run_folders(tmp_path, hardmax_report):
+    out = copy_of(hardmax_report, tmp_path, "rep")
     (out / "index.html").unlink()
     (out / "runs" / "hardmax" / "summary.json").unlink()  # as if the run was interrupted
     result = runner.invoke(app, ["report", str(out)])
@@ -101,9 +108,8 @@ def test_report_refuses_half_written_run_folders(tmp_path):
     assert not (out / "index.html").exists()
 
 
-def test_report_refuses_corrupted_json(tmp_path):
-    out = tmp_path / "rep"
-    assert runner.invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(out)]).exit_code == 0
+def test_report_refuses_corrupted_json(tmp_path, hardmax_report):
+    out = copy_of(hardmax_report, tmp_path, "rep")
     (out / "index.html").unlink()
     (out / "runs" / "hardmax" / "result.json").write_text('{"id": "hard')
     result = runner.invoke(app, ["report", str(out)])

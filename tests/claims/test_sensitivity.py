@@ -201,6 +201,10 @@ SENSITIVITY = {
     ],
 }
 SLOW_CLAIMS = {TD}
+# the perturbed runs of a claim at a smaller size than TINY where its power does not depend on it: trained-decoder's
+# judged checks are maxima or all-cases checks over the first prompts (test_trained_decoder_power_at_tiny_holds_at_the_quick_size),
+# so failing on the first prompt fails on the first two (each SmolLM2 prompt is three forward passes in float64)
+POWER_SIZE = {TD: {"prompts": 1}}
 
 NOT_YET_POWERED: set[str] = set()
 
@@ -232,13 +236,17 @@ def test_mode_selection_noise_power_is_tested_at_the_quick_size():
 
 def test_trained_decoder_power_at_tiny_holds_at_the_quick_size():
     """Each of its judged checks is a maximum or an all-cases check over the first prompts and the twin
-    layers, and its first identity is read at the first twin layer on prompt 0: the tiny run's cases are
-    among the quick run's, so a perturbation that fails a check at tiny fails it at quick."""
+    layers, and its first identity is read at the first twin layer on prompt 0: the tiny run's cases (and the
+    perturbed runs', POWER_SIZE) are among the quick run's, so a perturbation that fails a check at tiny fails it at quick."""
     quick, tiny = load(TD).QUICK, TINY[TD]
     assert tiny["twin_layers"][0] == quick["twin_layers"][0]
     assert set(tiny["twin_layers"]) <= set(quick["twin_layers"])
     assert tiny["prompts"] <= quick["prompts"]
     assert tiny["twin_prompts"] <= quick["twin_prompts"]
+    # the perturbed runs: the same first twin layer and prompt, fewer prompts (POWER_SIZE)
+    power = tiny | POWER_SIZE[TD]
+    assert power["twin_layers"] == tiny["twin_layers"]
+    assert power["twin_prompts"] <= power["prompts"] <= tiny["prompts"]
 
 
 def test_phase_diagram_power_is_tested_at_the_quick_size():
@@ -255,7 +263,7 @@ def test_the_stated_perturbation_fails_its_checks(claim_id, k, monkeypatch):
     for name, value in constants.items():
         assert hasattr(module, name), name
         monkeypatch.setattr(module, name, value)
-    result = module.run(module.Config(seed=0, **(TINY[claim_id] | overrides)))
+    result = module.run(module.Config(seed=0, **(TINY[claim_id] | POWER_SIZE.get(claim_id, {}) | overrides)))
     for prefix in prefixes:
         hits = [c for name, c in result.checks.items() if name.startswith(prefix)]
         assert len(hits) == 1, (prefix, list(result.checks))

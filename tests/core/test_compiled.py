@@ -11,10 +11,22 @@ import attndyn as ad
 from attndyn.core import compiled, plan
 
 
+@pytest.fixture(scope="module")
+def kernel_cache(tmp_path_factory):
+    """A temporary cache holding the kernel, built once for this module (about 2 s of compiling each)."""
+    cache = tmp_path_factory.mktemp("kernel")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTNDYN_CACHE", str(cache))
+        mp.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
+        compiled.library()
+    return cache
+
+
 @pytest.fixture
-def kernel(tmp_path, monkeypatch):
-    """A fresh build of the kernel in a temporary cache (skips where no C compiler exists)."""
-    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path))
+def kernel(kernel_cache, monkeypatch):
+    """The kernel built in this session, loaded afresh from its temporary cache (verified against its recorded
+    SHA-256 as on every load; skips where no C compiler exists)."""
+    monkeypatch.setenv("ATTNDYN_CACHE", str(kernel_cache))
     monkeypatch.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
     if compiled.library() is None:
         pytest.skip(f"no compiled kernel here: {compiled.STATUS['reason']}")

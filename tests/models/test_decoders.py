@@ -22,6 +22,7 @@ import torch
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward, head_weights
 from attndyn.models.decoder_files import load_decoder, read_gguf, read_hf_llama, rope_interleave, smollm2_available
+from tests.helpers import one_gguf_parse
 
 transformers = pytest.importorskip("transformers")
 
@@ -159,7 +160,7 @@ def test_gpt2_folder_forward_equals_transformers_in_float64(tmp_path):
     assert int(torch.linalg.matrix_rank(torch.as_tensor(W.V[0]))) == 8
 
 
-def test_the_decoder_page_reads_a_gpt2_folder(tmp_path):
+def test_the_decoder_page_reads_a_gpt2_folder(tmp_path, one_worker):
     """The whole page on a GPT-2 folder with its own tokenizer.json: token geometry, head spectra and every
     head's regime; no particle twin (it is Pre-LN on the sphere, and LayerNorm is not), and asking for one says so."""
     from tokenizers import Tokenizer
@@ -308,7 +309,8 @@ def smollm2_pair():
     from attndyn.models.decoder_files import smollm2_path
 
     path = smollm2_path()
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with one_gguf_parse():  # transformers parses the file for the config and for the weights: once here
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     return load_decoder("smollm2"), theirs
 
 
@@ -396,9 +398,35 @@ def test_twin_of_a_layer_equals_the_attention_sublayer_without_rope(tmp_path):
 REGIMES = {"boolean-1d", "polytope", "collapse", "hyperplanes", "polytope-subspace", "codimension-conjecture", "relaxed", "none"}
 
 
+def test_checkpoint_options_choose_the_twin_and_regime_layers_and_short_prompts_have_no_sink_rate(tmp_path, one_worker):
+    """The command's --prompts, --twin-layers and --regime-layers twins on a three-layer LLaMA folder; prompts shorter
+    than Gu et al.'s T = 64 give no sink rate under their name (written "nan") and the findings count them."""
+    import json
+
+    from attndyn.app.cli import entry
+    from tests.models.test_families import _word_tokenizer
+
+    _, folder = tiny_llama(tmp_path)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n\n".join(_word_tokenizer(folder)) + "\n")
+    out = tmp_path / "page"
+    assert entry(["checkpoint", str(folder), "--prompts", str(prompts), "--twin-layers", "0,1", "--regime-layers", "twins", "--out", str(out)]) == 0
+    record = json.loads((out / "decoder.json").read_text())
+    assert record["prompts"] == 2
+    assert [t["layer"] for t in record["twin"]] == [0, 1]
+    assert {r["layer"] for r in record["per_head"] if r.get("regime")} == {0, 1}
+    assert all(r["regime"] in REGIMES for r in record["per_head"] if r.get("regime"))
+    assert sum(record["regime_counts"].values()) == 2 * 4
+    assert "regime of each head alone" in (out / "index.html").read_text()
+    assert all(r["sink_rate"] == "nan" for r in record["per_layer"][1:])
+    assert all(0 <= r["sink_rate_all_queries"] <= 1 for r in record["per_layer"][1:])
+    assert record["study"]["sink_1"]["value"] == "nan"
+    assert record["study"]["sink_1"]["shorter_than_T"] == 2
+
+
 @needs_smollm2
 @pytest.mark.checkpoint
-def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path):
+def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path, one_worker):
     import json
 
     from attndyn.app.cli import entry

@@ -234,7 +234,7 @@ def test_twin_refusal_of_a_read_decoder(tmp_path):
     assert twin_refusal(load_decoder(tiny("mistral", tmp_path)[1])) is None
 
 
-def test_checkpoint_on_a_two_layer_llama_folder_uses_defaults_that_fit(tmp_path):
+def test_checkpoint_on_a_two_layer_llama_folder_uses_defaults_that_fit(tmp_path, one_worker):
     """`attndyn checkpoint` on a 2-layer model exited 2 on its own default twin layers (1 is not in 0..0)."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -268,7 +268,7 @@ def _word_tokenizer(folder):
 
 
 @pytest.mark.parametrize(("family", "twins"), [("phi3", 1), ("olmo2", 0), ("gpt_neox", 0)])
-def test_the_decoder_page_reads_the_new_families(tmp_path, family, twins):
+def test_the_decoder_page_reads_the_new_families(tmp_path, one_worker, family, twins):
     """Partial rotary in the twin's RoPE step (Phi-3), QK-norm over all heads in the head table (OLMo-2),
     and a family the twin refuses, in one line, when asked (GPT-NeoX's parallel residual)."""
     from attndyn.app.decoder_page import decoder_report

@@ -313,9 +313,9 @@ def _run_checkpoint(path, tmp_path) -> dict:
     return json.loads((out / "decoder.json").read_text())
 
 
-@pytest.mark.slow  # about 7 s each: the whole page on two prompts
+@pytest.mark.slow  # about 3 s each: the whole page on two prompts
 @pytest.mark.parametrize("family", CLI_FOLDERS)
-def test_attndyn_checkpoint_reads_a_folder_of_each_family(tmp_path, monkeypatch, family):
+def test_attndyn_checkpoint_reads_a_folder_of_each_family(tmp_path, monkeypatch, one_worker, family):
     from tests.models.test_families import _word_tokenizer
 
     monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
@@ -326,9 +326,9 @@ def test_attndyn_checkpoint_reads_a_folder_of_each_family(tmp_path, monkeypatch,
     assert record["quantisation"] == "safetensors"
 
 
-@pytest.mark.slow  # about 7 s each: the whole page on two prompts
+@pytest.mark.slow  # about 3 s each: the whole page on two prompts
 @pytest.mark.parametrize("family", list(CLI_GGUF))
-def test_attndyn_checkpoint_reads_a_gguf_file_of_each_family(tmp_path, monkeypatch, family):
+def test_attndyn_checkpoint_reads_a_gguf_file_of_each_family(tmp_path, monkeypatch, one_worker, family):
     monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
     model, _ = _cli_model(family, tmp_path)
     path = tmp_path / f"{family}.gguf"

@@ -17,6 +17,7 @@ from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward
 from attndyn.models.decoder_files import gemma3_available, load_decoder, read_hf_llama
 from attndyn.models.prompts import PROMPTS
+from tests.helpers import one_gguf_parse
 
 transformers = pytest.importorskip("transformers")
 
@@ -111,8 +112,9 @@ def gemma3_pair():
     from attndyn.models.decoder_files import gemma3_path
 
     path = gemma3_path()
-    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with one_gguf_parse():  # transformers parses the file for the tokenizer, the config and the weights: once here
+        tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     return load_decoder("gemma3"), theirs, tok
 
 

@@ -565,7 +565,7 @@ def test_hostile_token_strings_are_shown_escaped(tmp_path, capsys):
     assert "<script>alert(1)</script>" in tokens  # html-escaped by the page, kept in the record
 
 
-def test_a_model_name_with_tex_is_drawn_literally(tmp_path, capsys):
+def test_a_model_name_with_tex_is_drawn_literally(tmp_path, capsys, one_worker):
     """A GGUF general.name that matplotlib's mathtext cannot parse, with a newline and an RTL override:
     the page is written (exit 0), the name shown as text."""
     c = Ctx("llama", tmp_path)
