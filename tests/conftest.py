@@ -50,7 +50,6 @@ def one_worker(monkeypatch):
 def smollm2_page(tmp_path_factory):
     """``attndyn checkpoint smollm2 --out FOLDER`` run once per session, at the command's defaults: the shipped
     prompts (and the held-out set beside them), float64, every layer's regimes, the default twin layers; the folder.
-    Not used yet: for the lead to switch on with test_decoder_findings (see the branch i34tests' report).
 
     These are the arguments test_decoder_findings gives ``decoder_report`` (its committed findings are computed
     at them), so that test and the structure checks of the SmolLM2 page (test_decoders) can read one run; the

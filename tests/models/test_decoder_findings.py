@@ -585,7 +585,7 @@ def _leaves(x, path: str = "") -> dict:
 
 
 @pytest.mark.slow
-def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(tmp_path):
+def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(smollm2_page):
     """docs/data/findings-smollm2.json against ``attndyn checkpoint smollm2`` run now, at the size the JSON
     records (the shipped prompts, the held-out prompts, float64: the study's bootstrap intervals and nulls
     are over those prompts, so no smaller run computes these numbers): the docs' sentences are identical,
@@ -593,19 +593,14 @@ def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(tmp_path):
     import json
     from pathlib import Path
 
-    from attndyn.app.decoder_page import decoder_report, findings_text
-    from attndyn.models.decoder_files import smollm2_available
+    from attndyn.app.decoder_page import findings_text
     from attndyn.models.prompts import HELD_OUT, PROMPTS
 
-    ok, why = smollm2_available()
-    if not ok:
-        pytest.skip(why)
     committed = json.loads((Path(__file__).resolve().parents[2] / "docs" / "data" / "findings-smollm2.json").read_text(encoding="utf-8"))
     assert committed["study"]["pool"] == f"the shipped prompts ({len(PROMPTS)})"
     assert committed["held_out"]["pool"] == f"the held-out prompts ({len(HELD_OUT)})"
     assert committed["dtype"] == "float64"
-    decoder_report("smollm2", prompts=list(PROMPTS), out=tmp_path / "ck", dtype=torch.float64)  # the command's defaults
-    fresh = json.loads((tmp_path / "ck" / "findings.json").read_text(encoding="utf-8"))
+    fresh = json.loads((smollm2_page / "findings.json").read_text(encoding="utf-8"))  # `attndyn checkpoint smollm2` at its defaults
     assert findings_text(fresh) == findings_text(committed)
     a, b = _leaves(committed), _leaves(fresh)
     assert a.keys() == b.keys()
