@@ -7,6 +7,7 @@ weights, brute-force loops), and each feeds a violating input where the quantity
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -247,25 +248,31 @@ def test_random_decoder_is_drawn_as_the_initialiser_draws(tmp_path):
 
 def test_a_random_decoder_drawn_for_some_tokens_is_the_same_model_on_them(tmp_path):
     """Only the rows of the prompts' tokens are drawn, each from its own (seed, token) stream: a row does
-    not depend on which other tokens are drawn, the layers are the full draw's, and a forward on those
-    tokens reads no other row (changing one leaves it unchanged to the bit)."""
+    not depend on which other tokens are drawn, the layers are the full draw's, and a forward on the mapped
+    prompt equals the forward of the full-vocabulary model holding those rows (to the bit)."""
     dec = _tiny(tmp_path)
     full = nulls.random_decoder(dec, seed=3)
-    a = nulls.random_decoder(dec, seed=3, tokens=[5, 2, 9])
-    b = nulls.random_decoder(dec, seed=3, tokens=[9, 11])
+    a, rows_a = nulls.random_decoder_on(dec, seed=3, tokens=[5, 2, 9, 5])
+    b, rows_b = nulls.random_decoder_on(dec, seed=3, tokens=[9, 11])
+    assert a.embed.shape == (3, dec.d_model)
+    assert a.tokenizer is None
     assert all(torch.equal(x.W_q, y.W_q) and torch.equal(x.down, y.down) for x, y in zip(full.layers, a.layers, strict=True))
-    torch.testing.assert_close(a.embed[9], b.embed[9], rtol=0, atol=0)
-    assert float(a.embed[9].std()) == pytest.approx(nulls.INIT_STD, rel=0.5)
-    assert not a.embed[11].any()
-    assert b.embed[11].any()
-    assert not torch.equal(a.embed[5], nulls.random_decoder(dec, seed=4, tokens=[5]).embed[5])
+    torch.testing.assert_close(a.embed[rows_a([9])[0]], b.embed[rows_b([9])[0]], rtol=0, atol=0)
+    assert float(a.embed[rows_a([9])[0]].std()) == pytest.approx(nulls.INIT_STD, rel=0.5)
+    c, rows_c = nulls.random_decoder_on(dec, seed=4, tokens=[5])
+    assert not torch.equal(a.embed[rows_a([5])[0]], c.embed[rows_c([5])[0]])
+    # the same model with the whole vocabulary: the drawn rows in place, any finite values elsewhere
+    table = torch.full_like(full.embed, 1e3)
+    for t in (2, 5, 9):
+        table[t] = nulls.token_row(3, t, dec.d_model)
+    whole = dataclasses.replace(full, embed=table, head=table)
     ids = [2, 9, 5, 5, 2]
-    before = forward(a, ids, dtype=torch.float64, logits=False)
-    a.embed[7] = 1e3  # a row no token of the prompt reads
-    after = forward(a, ids, dtype=torch.float64, logits=False)
-    torch.testing.assert_close(after.hidden, before.hidden, rtol=0, atol=0)
+    mapped = forward(a, rows_a(ids), dtype=torch.float64, logits=False)
+    torch.testing.assert_close(mapped.hidden, forward(whole, ids, dtype=torch.float64, logits=False).hidden, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="token 11 was not drawn"):
+        rows_a([2, 11])
     with pytest.raises(ValueError, match="token"):
-        nulls.random_decoder(dec, seed=3, tokens=[10**9])
+        nulls.random_decoder_on(dec, seed=3, tokens=[10**9])
 
 
 def test_shuffled_prompts_keep_the_tokens_and_the_first_when_asked():
@@ -676,8 +683,8 @@ def test_null_values_hold_every_draw_of_the_random_and_shuffled_nulls(tmp_path):
     # the draws differ (other seeds, other permutations), and a random draw is the seeded model's forward
     assert not np.allclose(v["random"]["mean_cosine"][:, 0], v["random"]["mean_cosine"][:, 1])
     assert not np.allclose(v["shuffled"]["mean_cosine"][:, 0, 1:], v["shuffled"]["mean_cosine"][:, 1, 1:])
-    model = nulls.random_decoder(dec, 1, tokens=sorted({t for i in ids for t in i}))  # the rows of the prompts' tokens
-    want = geo.layer_values([forward(model, i, dtype=torch.float64) for i in ids], clusters=False)["mean_cosine"]
+    model, rows = nulls.random_decoder_on(dec, 1, sorted({t for i in ids for t in i}))  # the rows of the prompts' tokens
+    want = geo.layer_values([forward(model, rows(i), dtype=torch.float64) for i in ids], clusters=False)["mean_cosine"]
     np.testing.assert_allclose(v["random"]["mean_cosine"][:, 1], want, rtol=1e-12)
 
 

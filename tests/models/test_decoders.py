@@ -22,6 +22,7 @@ import torch
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import forward, head_weights
 from attndyn.models.decoder_files import load_decoder, read_gguf, read_hf_llama, rope_interleave, smollm2_available
+from attndyn.models.file_checks import ModelFileError
 from tests.helpers import one_gguf_parse
 
 transformers = pytest.importorskip("transformers")
@@ -277,6 +278,26 @@ def test_bad_decoder_inputs_name_what_is_wrong(tmp_path):
     dec = read_hf_llama_ok(tmp_path)
     with pytest.raises(ValueError, match="token ids"):
         forward(dec, [0, 1000])
+
+
+def test_a_derived_decoder_is_checked_where_it_holds_new_values(tmp_path):
+    """A tensor found finite is not scanned again (with_dtype shares the embeddings, and widens exactly), but a
+    new tensor is checked: a narrowing cast that overflows, or a value written before a decoder is built."""
+    import dataclasses
+
+    from attndyn.models.decoder import with_dtype
+
+    dec = with_dtype(read_hf_llama_ok(tmp_path), torch.float64)
+    wide = with_dtype(dec, torch.float64)
+    assert wide.embed is dec.embed
+    big = dataclasses.replace(dec.layers[0], W_q=dec.layers[0].W_q * 1e300)
+    huge = dataclasses.replace(dec, layers=(big, *dec.layers[1:]))  # finite in float64
+    with pytest.raises(ModelFileError, match="layer 0 W_q holds non-finite values"):
+        with_dtype(huge, torch.float32)  # 1e300 is inf in float32
+    bad = dec.embed.clone()
+    bad[3, 0] = float("nan")
+    with pytest.raises(ModelFileError, match="token embeddings holds non-finite"):
+        dataclasses.replace(dec, embed=bad, head=bad)
 
 
 def read_hf_llama_ok(tmp_path):

@@ -103,9 +103,9 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
     tokens = sorted({t for i in ids for t in i})  # a shuffle permutes a prompt's tokens: no other rows are read
 
     def random_job(k: int) -> list[dict]:
-        model = nulls.random_decoder(dec, seed + k, tokens)  # drawn in float32
+        model, rows = nulls.random_decoder_on(dec, seed + k, tokens)  # drawn in float32, the prompts' rows alone
         model = model if dtype == torch.float32 else with_dtype(model, dtype)
-        return [values(model, i, "softmax") for i in ids]
+        return [values(model, rows(i), "softmax") for i in ids]
 
     P = len(ids)
     jobs: list[Callable[[], object]] = [lambda k=k: random_job(k) for k in range(random_draws)]  # the longest first
@@ -368,7 +368,7 @@ def decoder_report(
     run = with_dtype(dec, dtype)
     ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
     step(f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')})")
-    null = null_values(run, ids)  # both sets in one pool: each random-weight model is drawn once for all prompts
+    null = null_values(dec, ids)  # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors
     P = len(prompts)
     step(f"forward passes and token geometry of {P} prompts")
     fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P))
@@ -507,12 +507,12 @@ def _heads_and_twins(
 def _random_null(dec: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype) -> tuple[list, dict]:
     """The first random-weights draw (gain 1, folded as the network's): its heads' regimes, and its sublayer
     shares at each twin layer on each twin prompt, ``{(layer, prompt): shares}``."""
-    random_dec = nulls.random_decoder(dec, 0, sorted({t for f in fws for t in f.ids}))
+    random_dec, rows = nulls.random_decoder_on(dec, 0, sorted({t for f in fws for t in f.ids}))
     null_regimes = regimes.head_regimes(random_dec, regime_layers, draws=0)
     model = with_dtype(random_dec, dtype)
     shares = {}
     for p, f in enumerate(fws if twin_layers else []):
-        rf = forward(model, f.ids, dtype=dtype, logits=False)
+        rf = forward(model, rows(f.ids), dtype=dtype, logits=False)
         for k in twin_layers:
             shares[k, p] = geo.sublayer_shares(model, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
     return null_regimes, shares

@@ -26,6 +26,9 @@ Contract
 * Every size and shape is checked when a :class:`Decoder` is built (heads, groups, head dimension,
   every map, the output head against the embeddings, float and finite weights, a finite positive epsilon
   and RoPE base): :class:`~attndyn.models.file_checks.ModelFileError` naming the source and the field.
+  A tensor found finite is remembered (by identity, while it lives), so a decoder derived from another
+  (:func:`with_dtype`, ``dataclasses.replace``) does not scan the shared tensors again; a tensor changed in
+  place after that is its writer's responsibility.
   ``forward`` refuses (:class:`PromptError`) token ids past the embedding, a sequence longer than the
   context (``context``, or the learned positions) and one whose attention maps would not fit in memory,
   before any work (:func:`check_length`).
@@ -58,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +69,18 @@ import torch
 
 from attndyn.core.weights import Weights
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_WIDTH, ModelFileError, as_int, as_real
+
+_FINITE: dict[int, weakref.ref] = {}  # id -> the tensor checked finite (module docstring)
+
+
+def _known_finite(t: torch.Tensor) -> bool:
+    ref = _FINITE.get(id(t))
+    return ref is not None and ref() is t
+
+
+def _remember_finite(t: torch.Tensor) -> None:
+    key = id(t)
+    _FINITE[key] = weakref.ref(t, lambda ref, key=key: _FINITE.pop(key, None) if _FINITE.get(key) is ref else None)
 
 
 class PromptError(ModelFileError):
@@ -230,8 +246,10 @@ class Decoder:
                 raise ModelFileError(f"{where}: {key} is not a floating-point tensor ({getattr(t, 'dtype', type(t).__name__)})")
             if shape is not None and tuple(t.shape) != shape or shape is None and t.ndim != ndim:
                 raise ModelFileError(f"{where}: {key} has shape {tuple(t.shape)}, expected {shape or f'{ndim} dimensions'}")
-            if not bool(torch.isfinite(t).all()):
-                raise ModelFileError(f"{where}: {key} holds non-finite values (NaN or inf)")
+            if not _known_finite(t):
+                if not bool(torch.isfinite(t).all()):
+                    raise ModelFileError(f"{where}: {key} holds non-finite values (NaN or inf)")
+                _remember_finite(t)
 
         check(self.embed, "the token embeddings", None)
         vocab, d = (int(s) for s in self.embed.shape)
@@ -512,7 +530,15 @@ def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
     (the token embeddings and the output head stay as read: :func:`forward` casts only the rows it takes,
     and the head only when it computes logits). ``forward`` on it gives the same numbers as on
     ``decoder`` in ``dtype`` (a cast is exact and deterministic) without casting every weight on every call."""
-    cast = lambda t: None if t is None else t.to(dtype=dtype)  # noqa: E731
+
+    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        out = t.to(dtype=dtype)
+        if out is not t and _known_finite(t) and torch.finfo(dtype).max >= torch.finfo(t.dtype).max:
+            _remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
+        return out
+
     layers = tuple(dataclasses.replace(L, **{f.name: cast(getattr(L, f.name)) for f in dataclasses.fields(L)}) for L in decoder.layers)
     return dataclasses.replace(decoder, layers=layers, norm=cast(decoder.norm), norm_bias=cast(decoder.norm_bias), pos_embed=cast(decoder.pos_embed))
 

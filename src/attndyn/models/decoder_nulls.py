@@ -19,6 +19,8 @@ Contract
 * ``random_decoder(decoder, seed)``: the same architecture with weights drawn as its configuration's
   initialiser draws them (``transformers``' ``_init_weights`` for LLaMA, Gemma 3 and GPT-2: every linear
   map and embedding from N(0, 0.02^2), biases 0, norm multipliers 1; Gemma's ``1 + w`` with w = 0).
+  ``random_decoder_on(decoder, seed, tokens)``: the same layers with the embedding rows of ``tokens``
+  alone (each from its own (seed, token) stream), and the map of a prompt's ids to the model's rows.
 * ``shuffled(ids, rng, keep)``: the prompt's tokens in a random order, the first ``keep`` left in place
   (Gemma's beginning-of-sequence token).
 * ``comparison_sentence(metric, null, layers, diff)``: the layers where the interval of the difference
@@ -28,6 +30,7 @@ Contract
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -151,58 +154,104 @@ def uniform_leaders(n: int, top: int = 3) -> list[int]:
     return list(range(min(top, n)))
 
 
-def random_decoder(decoder: Decoder, seed: int = 0, tokens: list[int] | None = None) -> Decoder:
-    """The same architecture, its weights drawn as the configuration's initialiser draws them (module docstring).
-
-    ``tokens``: draw the embedding's rows of these tokens only, each from its own stream seeded by
-    (seed, token) (NumPy's SeedSequence of the pair: torch's generator keeps only 32 bits of a seed), so
-    a row does not depend on which other tokens are drawn; the other rows are 0. A
-    forward without logits reads only its prompt's rows, so on prompts made of ``tokens`` this is a draw
-    of the same model at a fraction of the cost (Gemma 3's 262,144 x 640 table is most of its weights)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def normal(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else torch.randn(t.shape, generator=g, dtype=torch.float32).mul_(INIT_STD)
-
-    def ones(t):
-        return None if t is None else torch.ones(t.shape, dtype=torch.float32)
-
-    def zeros(t):
-        return None if t is None else torch.zeros(t.shape, dtype=torch.float32)
-
+def _random_layers(decoder: Decoder, g: torch.Generator) -> tuple[DecoderLayer, ...]:
+    """Every layer drawn as the initialiser draws it: the linear maps from N(0, INIT_STD^2) in the order of
+    the fields, norm multipliers 1, biases 0."""
     layers = []
     for L in decoder.layers:
         fields = {}
         for f in dataclasses.fields(DecoderLayer):
             t = getattr(L, f.name)
             if f.name in ("W_q", "W_k", "W_v", "W_o", "gate", "up", "down"):
-                fields[f.name] = normal(t)
+                fields[f.name] = _normal(t, g)
             elif f.name.endswith("norm"):
-                fields[f.name] = ones(t)
+                fields[f.name] = None if t is None else torch.ones(t.shape, dtype=torch.float32)
             else:  # biases, LayerNorm biases
-                fields[f.name] = zeros(t)
+                fields[f.name] = None if t is None else torch.zeros(t.shape, dtype=torch.float32)
         layers.append(DecoderLayer(**fields))
-    if tokens is None:
-        embed = normal(decoder.embed)
-    else:
-        vocab, d = decoder.embed.shape
-        embed = torch.zeros(vocab, d, dtype=torch.float32)
-        for t in sorted(set(tokens)):
-            if not 0 <= t < vocab:
-                raise ValueError(f"random_decoder: token {t} is not in 0..{vocab - 1}")
-            row = np.random.default_rng([seed, t]).standard_normal(d, dtype=np.float32)  # (seed, token) hashed by SeedSequence
-            embed[t] = torch.from_numpy(row).mul_(INIT_STD)
+    return tuple(layers)
+
+
+def _normal(t: torch.Tensor | None, g: torch.Generator) -> torch.Tensor | None:
+    return None if t is None else torch.randn(t.shape, generator=g, dtype=torch.float32).mul_(INIT_STD)
+
+
+def _ones(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else torch.ones(t.shape, dtype=torch.float32)
+
+
+def _zeros(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else torch.zeros(t.shape, dtype=torch.float32)
+
+
+def random_decoder(decoder: Decoder, seed: int = 0) -> Decoder:
+    """The same architecture, its weights drawn as the configuration's initialiser draws them (module
+    docstring): the layers, then the embeddings, the output head (when not tied) and the position
+    embeddings, from one generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    layers = _random_layers(decoder, g)
+    embed = _normal(decoder.embed, g)
     tied = decoder.head is decoder.embed or (decoder.head.shape == decoder.embed.shape and torch.equal(decoder.head, decoder.embed))
     return dataclasses.replace(
         decoder,
         name=f"{decoder.name} (random weights, seed {seed})",
         embed=embed,
-        layers=tuple(layers),
-        norm=ones(decoder.norm),
-        head=embed if tied or tokens is not None else normal(decoder.head),  # with tokens: no logits are read
-        norm_bias=zeros(decoder.norm_bias),
-        pos_embed=normal(decoder.pos_embed),
+        layers=layers,
+        norm=_ones(decoder.norm),
+        head=embed if tied else _normal(decoder.head, g),
+        norm_bias=_zeros(decoder.norm_bias),
+        pos_embed=_normal(decoder.pos_embed, g),
     )
+
+
+def token_row(seed: int, token: int, d: int) -> torch.Tensor:
+    """Token ``token``'s embedding row in the random model of ``seed`` drawn on tokens
+    (:func:`random_decoder_on`): its own stream, NumPy's SeedSequence of the pair (torch's generator keeps
+    only 32 bits of a seed), so a row does not depend on which other tokens are drawn."""
+    row = np.random.default_rng([seed, token]).standard_normal(d, dtype=np.float32)
+    return torch.from_numpy(row).mul_(INIT_STD)
+
+
+def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int]) -> tuple[Decoder, Callable[[list[int]], list[int]]]:
+    """A random-weight model (:func:`random_decoder`'s layers of ``seed``) whose vocabulary is ``tokens``
+    alone, and the map from a prompt of those tokens to the model's ids.
+
+    Row r of the model's embeddings is :func:`token_row` of the r-th smallest token. A forward without
+    logits reads only its prompt's rows, so on the mapped prompts this is the model with every row drawn,
+    at a fraction of the cost (Gemma 3's 262,144 x 640 table is most of its weights, and a 670 MB table of
+    zeros costs more than the forwards it serves). The model has no tokenizer (its ids are not the
+    tokenizer's) and no logits head of the full vocabulary; the map raises ValueError on a token outside
+    ``tokens``."""
+    vocab, d = decoder.embed.shape
+    rows = sorted(set(int(t) for t in tokens))
+    if not rows:
+        raise ValueError("random_decoder_on: no tokens to draw")
+    bad = [t for t in rows if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"random_decoder_on: token {bad[0]} is not in 0..{vocab - 1}")
+    index = {t: r for r, t in enumerate(rows)}
+    g = torch.Generator().manual_seed(seed)
+    embed = torch.stack([token_row(seed, t, d) for t in rows])
+    model = dataclasses.replace(
+        decoder,
+        name=f"{decoder.name} (random weights, seed {seed}, {len(rows)} tokens)",
+        embed=embed,
+        layers=_random_layers(decoder, g),
+        norm=_ones(decoder.norm),
+        head=embed,
+        norm_bias=_zeros(decoder.norm_bias),
+        pos_embed=_normal(decoder.pos_embed, g),
+        tokenizer=None,
+        bos_id=index.get(decoder.bos_id) if decoder.bos_id is not None else None,
+    )
+
+    def ids(prompt: list[int]) -> list[int]:
+        missing = [t for t in prompt if t not in index]
+        if missing:
+            raise ValueError(f"random_decoder_on: token {missing[0]} was not drawn (the model holds {len(rows)} tokens' rows)")
+        return [index[t] for t in prompt]
+
+    return model, ids
 
 
 def shuffled(ids: list[int], rng: np.random.Generator, keep: int = 0) -> list[int]:
