@@ -358,6 +358,36 @@ def test_the_leading_eigenvalue_is_the_largest_modulus_not_the_largest_real_part
     assert q["qk_cos"] == pytest.approx(-1.0)
 
 
+def test_the_cosine_uses_the_leading_eigenvector_as_lapack_gives_it():
+    """qk_cos from inverse iteration against LAPACK's eigenvector of lambda_1 (independent Q and K, so the
+    cosine depends on phi_1), and the fallback to LAPACK where lambda_1 is nearly repeated."""
+    rng = np.random.default_rng(5)
+    for seed in range(6):
+        _, K, Wv, Wo = _planted_head([3.0, -2.0, 0.5, 1.5], d=16, hd=4, seed=seed)
+        Q = torch.as_tensor(rng.normal(size=K.shape))
+        w, vr = np.linalg.eig((Wv @ Wo).numpy())
+        phi = Wo.numpy() @ vr[:, int(np.argmax(np.abs(w)))].real
+        a, b = Q.numpy() @ phi, K.numpy() @ phi
+        want = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+        assert regimes.deciding_quantities(Q, K, Wv, Wo)["qk_cos"] == pytest.approx(want, abs=1e-10)
+    M = np.diag([3.0, 3.0 * (1 - 1e-13), 1.0]) + np.triu(rng.normal(size=(3, 3)), 1) * 1e-3
+    u = regimes._eigenvector(M, 3.0)
+    assert np.linalg.norm(M @ u - 3.0 * u) <= 1e-9
+    assert np.linalg.norm(u) == pytest.approx(1.0)
+
+
+def test_the_eigenvector_falls_back_to_lapack_when_inverse_iteration_fails(monkeypatch):
+    M = np.diag([3.0, -2.0, 1.0]) + np.triu(np.ones((3, 3)), 1)
+
+    def singular(*args):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    monkeypatch.setattr(np.linalg, "solve", singular)
+    u = regimes._eigenvector(M, 3.0)
+    assert np.linalg.norm(M @ u - 3.0 * u) <= 1e-12 * np.linalg.norm(u)
+    assert np.linalg.norm(u) > 0.5
+
+
 def test_quantisation_step_is_the_block_range_over_fifteen():
     rng = np.random.default_rng(0)
     W = torch.as_tensor(rng.normal(size=(3, 70)))

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import torch
 
-from attndyn.core.threads import ENV
+from attndyn.core.threads import ENV, limit_blas
 from attndyn.core.threads import workers as choose_workers
 
 T = TypeVar("T")
@@ -39,6 +39,7 @@ def _init() -> None:
     # thread policy reads ATTNDYN_THREADS first (this process' environment only)
     os.environ[ENV] = "1"
     torch.set_num_threads(1)
+    limit_blas(1)  # and NumPy's BLAS/LAPACK pool, which a library caller may not have limited (two workers of 2 threads each)
     # the parent handles Ctrl-C and SIGTERM (the CLI keeps what finished) and ends its pool, which sends the
     # workers SIGTERM: they end quietly, without the parent's handler raising in each of them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

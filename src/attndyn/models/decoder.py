@@ -78,7 +78,9 @@ def _known_finite(t: torch.Tensor) -> bool:
     return ref is not None and ref() is t
 
 
-def _remember_finite(t: torch.Tensor) -> None:
+def remember_finite(t: torch.Tensor) -> None:
+    """Note that ``t`` holds finite values (a reader that checked them, or a cast that cannot overflow):
+    a :class:`Decoder` built on it does not scan it again."""
     key = id(t)
     _FINITE[key] = weakref.ref(t, lambda ref, key=key: _FINITE.pop(key, None) if _FINITE.get(key) is ref else None)
 
@@ -249,7 +251,7 @@ class Decoder:
             if not _known_finite(t):
                 if not bool(torch.isfinite(t).all()):
                     raise ModelFileError(f"{where}: {key} holds non-finite values (NaN or inf)")
-                _remember_finite(t)
+                remember_finite(t)
 
         check(self.embed, "the token embeddings", None)
         vocab, d = (int(s) for s in self.embed.shape)
@@ -536,7 +538,7 @@ def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
             return None
         out = t.to(dtype=dtype)
         if out is not t and _known_finite(t) and torch.finfo(dtype).max >= torch.finfo(t.dtype).max:
-            _remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
+            remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
         return out
 
     layers = tuple(dataclasses.replace(L, **{f.name: cast(getattr(L, f.name)) for f in dataclasses.fields(L)}) for L in decoder.layers)

