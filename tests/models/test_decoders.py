@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -515,6 +516,25 @@ def test_positive_share_equals_the_spectrum_of_the_full_symmetric_part():
     A = Q.T @ C @ K
     lam = torch.linalg.eigvalsh((A + A.T) / 2)
     assert _positive_share(Q, C, K) == pytest.approx(float(lam.clamp(min=0).sum() / lam.abs().sum()), rel=1e-10)
+
+
+def test_the_head_table_s_norms_are_those_of_the_full_bilinear_form(tmp_path):
+    """effective_beta = beta |Q_h^T K_g|_2 from the d x d form's singular values (no QR, no Gram), and the
+    Gram spectral norm against the SVD on wide and tall matrices."""
+    from attndyn.models.decoder_geometry import head_table, spectral_norm
+
+    rng = np.random.default_rng(2)
+    for shape in [(3, 11), (11, 3), (5, 5)]:
+        A = torch.as_tensor(rng.normal(size=shape))
+        assert spectral_norm(A) == pytest.approx(float(torch.linalg.svdvals(A)[0]), rel=1e-13)
+    dec = read_hf_llama_ok(tmp_path)
+    hd = dec.head_dim
+    for r in head_table(dec):
+        L, g = dec.layers[r["layer"]], r["head"] // dec.group
+        Q = L.W_q[r["head"] * hd : (r["head"] + 1) * hd].double()
+        K = L.W_k[g * hd : (g + 1) * hd].double()
+        want = float(torch.linalg.svdvals(Q.T @ K)[0]) / math.sqrt(hd)
+        assert r["effective_beta"] == pytest.approx(want, rel=1e-12)
 
 
 def test_leaders_are_the_columns_that_receive_the_most_attention(tmp_path):

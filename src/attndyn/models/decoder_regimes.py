@@ -188,6 +188,7 @@ def head_regimes(
     all ``draws``; ``determined_groups`` the same decision over each of ``groups`` disjoint sets of the draws
     (how much the undetermined count moves from one set of draws to another)."""
     from attndyn.analysis.spectra import regime
+    from attndyn.models.decoder_geometry import spectral_norm
 
     if groups is None:  # halves where the draws split evenly, else one group
         groups = REGIME_GROUPS if draws % REGIME_GROUPS == 0 else 1
@@ -206,7 +207,7 @@ def head_regimes(
             Q, K, Wv, Wo = _slices(decoder, layer, head, mats)
             q = deciding_quantities(Q, K, Wv, Wo)
             _, R = torch.linalg.qr(Q.T)
-            row = {"layer": layer, "head": head, "effective_beta_folded": beta * float(torch.linalg.matrix_norm(R @ K, ord=2)), **q}
+            row = {"layer": layer, "head": head, "effective_beta_folded": beta * spectral_norm(R @ K), **q}
             shifted = [deciding_quantities(*_slices(decoder, layer, head, m)) for m in noisy]
 
             def decided(sel: list[dict], q: dict = q) -> tuple[bool, dict]:
