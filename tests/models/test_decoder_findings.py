@@ -271,6 +271,7 @@ def test_a_random_decoder_drawn_for_some_tokens_is_the_same_model_on_them(tmp_pa
     torch.testing.assert_close(mapped.hidden, forward(whole, ids, dtype=torch.float64, logits=False).hidden, rtol=0, atol=0)
     with pytest.raises(ValueError, match="token 11 was not drawn"):
         rows_a([2, 11])
+    assert rows_a(torch.tensor(ids)) == rows_a(ids)  # a tensor's elements are its tokens
     with pytest.raises(ValueError, match="token"):
         nulls.random_decoder_on(dec, seed=3, tokens=[10**9])
 
@@ -370,10 +371,17 @@ def test_the_cosine_uses_the_leading_eigenvector_as_lapack_gives_it():
         a, b = Q.numpy() @ phi, K.numpy() @ phi
         want = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
         assert regimes.deciding_quantities(Q, K, Wv, Wo)["qk_cos"] == pytest.approx(want, abs=1e-10)
+    # a close second eigenvalue (separation 1e-4): a mixture of the two eigenvectors has a tiny residual,
+    # so the iteration must run until its iterates settle (one solve leaves an error of about 1e-12 / 1e-4)
+    S = np.linalg.qr(rng.normal(size=(10, 10)))[0]
+    M = S @ np.diag([1.0, 1.0 - 1e-4, 0.5, 0.3, -0.2, 0.1, 0.05, -0.6, 0.02, 0.01]) @ S.T
+    u = regimes._eigenvector(M, 1.0, 1e-4)
+    assert min(np.linalg.norm(u - S[:, 0]), np.linalg.norm(u + S[:, 0])) <= 1e-10
+    # below the separation threshold: LAPACK's own vector
     M = np.diag([3.0, 3.0 * (1 - 1e-13), 1.0]) + np.triu(rng.normal(size=(3, 3)), 1) * 1e-3
-    u = regimes._eigenvector(M, 3.0)
-    assert np.linalg.norm(M @ u - 3.0 * u) <= 1e-9
-    assert np.linalg.norm(u) == pytest.approx(1.0)
+    u = regimes._eigenvector(M, 3.0, 1e-13)
+    w, vr = np.linalg.eig(M)
+    assert np.array_equal(u, vr[:, int(np.argmin(np.abs(w - 3.0)))].real)
 
 
 def test_the_eigenvector_falls_back_to_lapack_when_inverse_iteration_fails(monkeypatch):
@@ -383,7 +391,7 @@ def test_the_eigenvector_falls_back_to_lapack_when_inverse_iteration_fails(monke
         raise np.linalg.LinAlgError("Singular matrix")
 
     monkeypatch.setattr(np.linalg, "solve", singular)
-    u = regimes._eigenvector(M, 3.0)
+    u = regimes._eigenvector(M, 3.0, 0.5)
     assert np.linalg.norm(M @ u - 3.0 * u) <= 1e-12 * np.linalg.norm(u)
     assert np.linalg.norm(u) > 0.5
 

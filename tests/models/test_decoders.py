@@ -295,6 +295,8 @@ def test_a_derived_decoder_is_checked_where_it_holds_new_values(tmp_path):
     huge = dataclasses.replace(dec, layers=(big, *dec.layers[1:]))  # finite in float64
     with pytest.raises(ModelFileError, match="layer 0 W_q holds non-finite values"):
         with_dtype(huge, torch.float32)  # 1e300 is inf in float32
+    with pytest.raises(ModelFileError, match="not a floating-point tensor"):
+        with_dtype(dec, torch.int32)
     bad = dec.embed.clone()
     bad[3, 0] = float("nan")
     with pytest.raises(ModelFileError, match="token embeddings holds non-finite"):
@@ -524,9 +526,10 @@ def test_the_head_table_s_norms_are_those_of_the_full_bilinear_form(tmp_path):
     from attndyn.models.decoder_geometry import head_table, spectral_norm
 
     rng = np.random.default_rng(2)
-    for shape in [(3, 11), (11, 3), (5, 5)]:
-        A = torch.as_tensor(rng.normal(size=shape))
+    for shape, size in [((3, 11), 1.0), ((11, 3), 1.0), ((5, 5), 1.0), ((3, 11), 1e-170), ((3, 11), 1e170)]:
+        A = torch.as_tensor(rng.normal(size=shape)) * size  # squared, 1e+-170 would leave the float range
         assert spectral_norm(A) == pytest.approx(float(torch.linalg.svdvals(A)[0]), rel=1e-13)
+    assert spectral_norm(torch.zeros(2, 3, dtype=torch.float64)) == 0.0
     dec = read_hf_llama_ok(tmp_path)
     hd = dec.head_dim
     for r in head_table(dec):

@@ -537,7 +537,13 @@ def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
         if t is None:
             return None
         out = t.to(dtype=dtype)
-        if out is not t and _known_finite(t) and torch.finfo(dtype).max >= torch.finfo(t.dtype).max:
+        if (
+            out is not t
+            and out.is_floating_point()
+            and t.is_floating_point()
+            and _known_finite(t)
+            and torch.finfo(dtype).max >= torch.finfo(t.dtype).max
+        ):
             remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
         return out
 

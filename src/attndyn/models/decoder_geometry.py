@@ -241,8 +241,12 @@ def spectral_norm(A: torch.Tensor) -> float:
     """``|A|_2`` of a wide ``A`` (m <= n) from the m x m Gram matrix: sqrt of the largest eigenvalue of
     ``A A^T``, which carries a relative error of a few eps (the largest eigenvalue of a symmetric matrix is
     well conditioned), at a fraction of an SVD's cost."""
+    peak = float(A.abs().max()) if A.numel() else 0.0
+    if not peak > 0:  # zero (or empty); a non-finite entry is the caller's: the SVD would fail on it too
+        return 0.0 if peak == 0 or A.numel() == 0 else float("nan")
+    A = A / peak  # squaring 1e170 overflows, 1e-170 underflows: the Gram matrix of the scaled matrix
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    return math.sqrt(max(float(torch.linalg.eigvalsh((G + G.T) / 2)[-1]), 0.0))
+    return peak * math.sqrt(max(float(torch.linalg.eigvalsh((G + G.T) / 2)[-1]), 0.0))
 
 
 def _positive_share(Q: torch.Tensor, core: torch.Tensor, K: torch.Tensor, R: torch.Tensor | None = None) -> float:

@@ -246,10 +246,11 @@ def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int]) -> tuple[D
     )
 
     def ids(prompt: list[int]) -> list[int]:
-        missing = [t for t in prompt if t not in index]
+        tokens = [int(t) for t in prompt]  # also a tensor's or an array's elements
+        missing = [t for t in tokens if t not in index]
         if missing:
             raise ValueError(f"random_decoder_on: token {missing[0]} was not drawn (the model holds {len(rows)} tokens' rows)")
-        return [index[t] for t in prompt]
+        return [index[t] for t in tokens]
 
     return model, ids
 

@@ -76,26 +76,37 @@ def folded_head(decoder: Decoder, layer: int, head: int) -> Weights:
     return Weights(Q, K, Wo @ Wv)
 
 
-EIGVEC_RESIDUAL = 1e-10  # |M u - lambda u| / (|lambda| |u|) of an eigenvector by inverse iteration, else LAPACK's eig
+EIGVEC_SEPARATION = 1e-6  # below this distance to the nearest other eigenvalue (over |lambda|): LAPACK's eig
+EIGVEC_STEP = 1e-14  # inverse iteration stops when two successive unit iterates differ by this little
+EIGVEC_RESIDUAL = 1e-10  # |M u - lambda u| / |lambda| of its result, else LAPACK's eig
 
 
-def _eigenvector(M: np.ndarray, lam: float) -> np.ndarray:
-    """The right eigenvector of the real, simple eigenvalue ``lam`` of ``M`` (unit norm): inverse iteration
-    with the shift ``lam (1 + 1e-12)``, which converges in one or two solves (the error shrinks by
-    ``1e-12 |lam| / |lambda_2 - lam|`` a solve); LAPACK's full ``eig`` where the residual stays above
-    :data:`EIGVEC_RESIDUAL` (an eigenvalue too close to the next)."""
-    n = len(M)
-    A = M - lam * (1 + 1e-12) * np.eye(n)
-    u = np.ones(n) / math.sqrt(n)
-    scale = max(abs(lam), 1e-300)
-    for _ in range(4):
+def _eigenvector(M: np.ndarray, lam: float, separation: float) -> np.ndarray:
+    """The right eigenvector (unit norm) of the real eigenvalue ``lam`` of ``M``, whose distance to the
+    nearest other eigenvalue is ``separation |lam|``: inverse iteration with the shift ``lam (1 + 1e-12)``,
+    whose error shrinks by about ``1e-12 / separation`` a solve, until two successive iterates agree to
+    :data:`EIGVEC_STEP` (at least two solves). LAPACK's full ``eig`` instead where the separation is below
+    :data:`EIGVEC_SEPARATION` (there a mixture of the two close eigenvectors has a tiny residual, so no
+    residual test could tell it from the eigenvector), where a solve fails, or where the iterates do not
+    settle or leave a residual above :data:`EIGVEC_RESIDUAL`."""
+    if separation >= EIGVEC_SEPARATION:
+        n = len(M)
+        A = M - lam * (1 + 1e-12) * np.eye(n)
+        u = np.ones(n) / math.sqrt(n)
+        scale = max(abs(lam), 1e-300)
         try:
-            u = np.linalg.solve(A, u)
+            for k in range(8):
+                v = np.linalg.solve(A, u)
+                v = v / np.linalg.norm(v)
+                v = v if v @ u >= 0 else -v
+                settled = k >= 1 and np.linalg.norm(v - u) <= EIGVEC_STEP
+                u = v
+                if settled:
+                    if np.linalg.norm(M @ u - lam * u) <= EIGVEC_RESIDUAL * scale:
+                        return u
+                    break
         except np.linalg.LinAlgError:
-            break
-        u = u / np.linalg.norm(u)
-        if np.linalg.norm(M @ u - lam * u) <= EIGVEC_RESIDUAL * scale:
-            return u
+            pass
     w, vr = np.linalg.eig(M)
     return vr[:, int(np.argmin(np.abs(w - lam)))].real
 
@@ -111,7 +122,8 @@ def deciding_quantities(Q: torch.Tensor, K: torch.Tensor, Wv: torch.Tensor, Wo: 
     real = abs(lam.imag) <= EIG_REAL * mod
     qk_cos = float("nan")
     if real:
-        phi = Wo.numpy() @ _eigenvector(M, float(lam.real))  # V phi = lambda phi: phi = Wo u with M u = lambda u
+        separation = float(np.min(np.abs(w[1:] - lam))) / mod if len(w) > 1 else 1.0
+        phi = Wo.numpy() @ _eigenvector(M, float(lam.real), separation)  # V phi = lambda phi: phi = Wo u with M u = lambda u
         a, b = Q.numpy() @ phi, K.numpy() @ phi
         qk_cos = float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
     return {
