@@ -1,6 +1,7 @@
 """The compiled small-system path against the eager engine (the oracle: the same RK4 steps in torch)."""
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -405,6 +406,22 @@ def test_a_world_writable_cache_folder_is_not_used(planted, tmp_path, monkeypatc
     compiled.cache_dir()
     assert capfd.readouterr().err == ""  # said once
     assert planted_target.read_bytes() == plant.read_bytes()  # the shared folder is not touched either
+
+
+def test_the_private_folder_used_instead_of_an_unsafe_cache_is_removed_at_exit(tmp_path):
+    """One private folder per process that meets an unsafe cache, and none left behind in /tmp."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    code = "from attndyn.core import compiled; p = compiled.cache_dir(); assert p.is_dir(); print(p)"
+    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATTNDYN_CACHE": str(cache)}, capture_output=True, text=True, check=True)
+    private = Path(run.stdout.strip())
+    assert private.name.startswith("attndyn-kernel-")
+    assert str(private) in run.stderr
+    assert not private.exists()
 
 
 def test_a_damaged_library_is_rebuilt(tmp_path, monkeypatch, capfd):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -271,7 +272,10 @@ def test_a_random_decoder_drawn_for_some_tokens_is_the_same_model_on_them(tmp_pa
     torch.testing.assert_close(mapped.hidden, forward(whole, ids, dtype=torch.float64, logits=False).hidden, rtol=0, atol=0)
     with pytest.raises(ValueError, match="token 11 was not drawn"):
         rows_a([2, 11])
-    assert rows_a(torch.tensor(ids)) == rows_a(ids)  # a tensor's elements are its tokens
+    assert rows_a(torch.tensor(ids)) == rows_a(ids) == rows_a(np.array(ids, dtype=float))  # a tensor's elements are its tokens
+    for bad, why in ((np.array([9.7]), "9.7 is not an integer"), ([9, "9"], "'9' is not an integer"), (torch.tensor([[9]]), "shape")):
+        with pytest.raises(ValueError, match=why):  # never read as token 9
+            rows_a(bad)
     with pytest.raises(ValueError, match="token"):
         nulls.random_decoder_on(dec, seed=3, tokens=[10**9])
 
@@ -382,6 +386,19 @@ def test_the_cosine_uses_the_leading_eigenvector_as_lapack_gives_it():
     u = regimes._eigenvector(M, 3.0, 1e-13)
     w, vr = np.linalg.eig(M)
     assert np.array_equal(u, vr[:, int(np.argmin(np.abs(w - 3.0)))].real)
+
+
+def test_the_eigenvector_of_a_tiny_eigenvalue_is_found_without_overflow():
+    """At |lambda_1| = 1e-200 the inverse iteration's solves overflow: the fallback is silent and right,
+    with NumPy's warnings turned into errors."""
+    rng = np.random.default_rng(2)
+    S = np.linalg.qr(rng.normal(size=(8, 8)))[0]
+    for scale in (1.0, 1e-150, 1e-200, 1e-300):
+        M = S @ np.diag([1.0, 0.5, 0.3, -0.2, 0.1, 0.05, -0.6, 0.02]) @ S.T * scale
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error")
+            u = regimes._eigenvector(M, scale, 0.4)
+        assert min(np.linalg.norm(u - S[:, 0]), np.linalg.norm(u + S[:, 0])) <= 1e-13
 
 
 def test_the_eigenvector_falls_back_to_lapack_when_inverse_iteration_fails(monkeypatch):

@@ -295,7 +295,7 @@ def test_a_derived_decoder_is_checked_where_it_holds_new_values(tmp_path):
     huge = dataclasses.replace(dec, layers=(big, *dec.layers[1:]))  # finite in float64
     with pytest.raises(ModelFileError, match="layer 0 W_q holds non-finite values"):
         with_dtype(huge, torch.float32)  # 1e300 is inf in float32
-    with pytest.raises(ModelFileError, match="not a floating-point tensor"):
+    with pytest.raises(ValueError, match="torch.int32 is not a floating-point dtype"):
         with_dtype(dec, torch.int32)
     bad = dec.embed.clone()
     bad[3, 0] = float("nan")

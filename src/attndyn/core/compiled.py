@@ -368,7 +368,8 @@ double points_field(int k, int d, const double *y, const double *log_mass, const
 def cache_dir() -> Path:
     """Where the compiled library lives: ``$ATTNDYN_CACHE``, else ``$XDG_CACHE_HOME/attndyn``, else
     ``~/.cache/attndyn``, when that folder is safe (:func:`unsafe_folder`); else a private temporary
-    folder for this process, said once on stderr. A missing folder is created private (0700)."""
+    folder for this process, said once on stderr and removed when the process exits. A missing folder is
+    created private (0700)."""
     global _PRIVATE
     if os.environ.get("ATTNDYN_CACHE"):
         chosen = Path(os.environ["ATTNDYN_CACHE"])
@@ -384,9 +385,12 @@ def cache_dir() -> Path:
     if why is None:
         return chosen
     if _PRIVATE is None or _PRIVATE[0] != chosen:
+        import atexit
+        import shutil
         import sys
 
         private = Path(tempfile.mkdtemp(prefix="attndyn-kernel-"))  # 0700, this process's own
+        atexit.register(shutil.rmtree, private, ignore_errors=True)  # a loaded library outlives its file on POSIX
         _PRIVATE = (chosen, private)
         sys.stderr.write(f"attndyn: the kernel cache {chosen} {why}; using the private folder {private} for this run\n")
     return _PRIVATE[1]

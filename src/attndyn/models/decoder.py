@@ -533,6 +533,9 @@ def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
     and the head only when it computes logits). ``forward`` on it gives the same numbers as on
     ``decoder`` in ``dtype`` (a cast is exact and deterministic) without casting every weight on every call."""
 
+    if not dtype.is_floating_point:  # the caller's mistake, not the file's
+        raise ValueError(f"with_dtype: {dtype} is not a floating-point dtype")
+
     def cast(t: torch.Tensor | None) -> torch.Tensor | None:
         if t is None:
             return None

@@ -246,13 +246,29 @@ def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int]) -> tuple[D
     )
 
     def ids(prompt: list[int]) -> list[int]:
-        tokens = [int(t) for t in prompt]  # also a tensor's or an array's elements
+        if getattr(prompt, "ndim", 1) != 1:
+            raise ValueError(f"random_decoder_on: a prompt is one sequence of token ids, got shape {tuple(prompt.shape)}")
+        tokens = [_token_id(t) for t in prompt]  # also a tensor's or an array's elements
         missing = [t for t in tokens if t not in index]
         if missing:
             raise ValueError(f"random_decoder_on: token {missing[0]} was not drawn (the model holds {len(rows)} tokens' rows)")
         return [index[t] for t in tokens]
 
     return model, ids
+
+
+def _token_id(t) -> int:
+    """``t`` as an int, if it is one (a Python, NumPy or 0-d tensor integer, or a float that is a whole
+    number); ValueError otherwise, so that 42.7 is never read as token 42."""
+    try:
+        i = int(t)
+        whole = i == t
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        whole = False
+    if not whole:
+        shown = repr(t) if isinstance(t, str) else str(t.item() if hasattr(t, "item") else t)
+        raise ValueError(f"random_decoder_on: token id {shown} is not an integer")
+    return i
 
 
 def shuffled(ids: list[int], rng: np.random.Generator, keep: int = 0) -> list[int]:

@@ -88,24 +88,27 @@ def _eigenvector(M: np.ndarray, lam: float, separation: float) -> np.ndarray:
     :data:`EIGVEC_STEP` (at least two solves). LAPACK's full ``eig`` instead where the separation is below
     :data:`EIGVEC_SEPARATION` (there a mixture of the two close eigenvectors has a tiny residual, so no
     residual test could tell it from the eigenvector), where a solve fails, or where the iterates do not
-    settle or leave a residual above :data:`EIGVEC_RESIDUAL`."""
+    settle or leave a residual above :data:`EIGVEC_RESIDUAL`, or where the arithmetic overflows (a tiny
+    ``lam``)."""
     if separation >= EIGVEC_SEPARATION:
         n = len(M)
         A = M - lam * (1 + 1e-12) * np.eye(n)
         u = np.ones(n) / math.sqrt(n)
         scale = max(abs(lam), 1e-300)
         try:
-            for k in range(8):
-                v = np.linalg.solve(A, u)
-                v = v / np.linalg.norm(v)
-                v = v if v @ u >= 0 else -v
-                settled = k >= 1 and np.linalg.norm(v - u) <= EIGVEC_STEP
-                u = v
-                if settled:
-                    if np.linalg.norm(M @ u - lam * u) <= EIGVEC_RESIDUAL * scale:
-                        return u
-                    break
-        except np.linalg.LinAlgError:
+            # at a tiny lambda_1 (|lambda_1| below about 1e-142) the solves overflow: then LAPACK, silently
+            with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+                for k in range(8):
+                    v = np.linalg.solve(A, u)
+                    v = v / np.linalg.norm(v)
+                    v = v if v @ u >= 0 else -v
+                    settled = k >= 1 and np.linalg.norm(v - u) <= EIGVEC_STEP
+                    u = v
+                    if settled:
+                        if np.linalg.norm(M @ u - lam * u) <= EIGVEC_RESIDUAL * scale:
+                            return u
+                        break
+        except (np.linalg.LinAlgError, FloatingPointError):
             pass
     w, vr = np.linalg.eig(M)
     return vr[:, int(np.argmin(np.abs(w - lam)))].real
