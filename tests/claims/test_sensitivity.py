@@ -71,8 +71,8 @@ SENSITIVITY = {
         ({"ff_scale": 1 + 1e-9}, {}, ["feed-forward W = I"]),
     ],
     "boolean-1d": [
-        ({}, {"S_FINAL": 10.0}, ["(a) at most one", "(e) z_i of unbounded"]),
-        ({}, {"S_FINAL": 8.0}, ["(c) rank(P)"]),
+        ({"t_factor": 0.7}, {}, ["(a) at most one", "(e) z_i of unbounded"]),
+        ({"t_factor": 0.55}, {}, ["(c) rank(P)"]),
         ({"v_error": 1e-6}, {}, ["(d) distances"]),
         ({"v_error": 0.15}, {}, ["(f) slope"]),
     ],
