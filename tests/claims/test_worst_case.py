@@ -37,6 +37,38 @@ def test_margins_of_single_value_checks():
     assert failing.margin == -1
 
 
+def test_counted_checks_name_their_worst_case_with_its_value_threshold_and_margin():
+    """A counted check that passes shows how close it came: the case with the largest value / limit, not the first."""
+    values, limits = [2e-9, 9e-9, 1e-9], [1e-8, 1e-8, 1e-8]
+    c = every([True, True, True], cases=["a", "b", "c"], values=values, limits=limits)
+    assert c.passed
+    assert c.value == 0
+    assert c.worst_case == "b: 9e-09 against <= 1e-08"
+    assert np.isclose(c.margin, 1e-9)
+    # per-case limits: the ratio decides (3 of 4 is closer than 5 of 10)
+    c = every([True, True], cases=["x", "y"], values=[5.0, 3.0], limits=[10.0, 4.0])
+    assert c.worst_case.startswith("y: 3")
+    assert np.isclose(c.margin, 1.0)
+    # a failing case is named before a passing one, whatever their ratios
+    bad = every([True, False], cases=["p", "f"], values=[0.9, 0.1], limits=1.0)
+    assert not bad.passed
+    assert bad.value == 1
+    assert bad.worst_case.startswith("f: ")
+    # the count without values keeps naming the first failure
+    assert every([True, False, False], cases=["a", "b", "c"]).worst_case == "b"
+
+
+def test_boolean_1d_a_shows_its_closest_system():
+    from tests.tiny_claims import tiny_result
+
+    c = next(c for name, c in tiny_result("boolean-1d").checks.items() if name.startswith("(a)"))
+    assert c.passed
+    assert c.value == 0
+    assert "system" in c.worst_case
+    assert "against <= 1e-08" in c.worst_case
+    assert 0 < c.margin <= 1e-8
+
+
 def test_judge_and_reproduce_show_the_worst_case(tmp_path, capsys):
     out = tmp_path / "report"
     assert entry(["reproduce", "hardmax", "--quick", "--out", str(out)]) == 0
@@ -50,3 +82,15 @@ def test_judge_and_reproduce_show_the_worst_case(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "worst" in printed  # the column header (Rich may fold it)
     assert judged[0]["worst_case"].split(" ")[0] in printed
+
+
+def test_polytope_counted_checks_show_how_close_they_came():
+    """(c) and (d) S-equation pass at the tiny size; each names its closest case with a margin inside its limit."""
+    from tests.tiny_claims import tiny_result
+
+    checks = tiny_result("polytope").checks
+    for prefix in ("(c) |z(T)", "(d) S-equation", "(a) hull", "(e) P(T) Boolean"):
+        c = next(c for name, c in checks.items() if name.startswith(prefix))
+        assert c.passed, prefix
+        assert " against <= " in c.worst_case, (prefix, c.worst_case)
+        assert c.margin >= 0, (prefix, c.margin)

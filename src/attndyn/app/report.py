@@ -186,7 +186,8 @@ def _sentence(c: dict) -> str:
         return f"{name}: <b>{_fmt(c['value'])}</b>"
     if threshold.startswith("0 of "):
         total = threshold.removeprefix("0 of ").removesuffix(" fail")
-        return f"{name}: <b>{int(c['value'])} of {html.escape(total)} fail</b>"
+        closest = f" (closest: {html.escape(c['worst_case'])})" if c.get("worst_case") and c.get("passed") else ""
+        return f"{name}: <b>{int(c['value'])} of {html.escape(total)} fail</b>{closest}"
     worst = f" ({html.escape(c['worst_case'])})" if c.get("worst_case") else ""
     verdict = "within" if c["passed"] else "outside"
     return f"{name}: worst <b>{_fmt(c['value'])}</b>{worst}, {verdict} {html.escape(threshold)}"

@@ -162,6 +162,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     """The checks (a)-(f) of Theorem 2.1 on the saved states: every seed, every row."""
     ok = {k: [] for k in ("a", "b", "c", "d", "distnondec", "converge", "e")}
     slopes, ranks, early = [], [], []
+    a_value, a_name = [], []  # (a)'s worst case: each system's second-largest row distance to Boolean
     unsaturated = excluded = 0
     for k in cases(arrays):
         ts, zs = arrays[f"ts{k}"], arrays[f"z{k}"]
@@ -190,6 +191,8 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             # (a) Boolean except at most one row, each Boolean row led by an extreme token
             if not beyond[s]:
                 ok["a"].append((~boolean_rows).sum() <= 1 and set(lead[boolean_rows]) <= {0, n - 1})
+                a_value.append(float(np.sort(np.minimum(Ps, 1 - Ps).max(1))[-2]) if n > 1 else 0.0)
+                a_name.append(f"(v, q) = ({v:g}, {q:g}), n = {n}, system {s}")
             # (b) sorted structure: e_1 rows, then at most one other row, then e_n rows
             pattern = np.where(boolean_rows, np.where(lead == 0, 0, 2), 1)
             ok["b"].append(not (np.diff(pattern) < 0).any())
@@ -222,7 +225,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     structural = "structural in d = 1: no perturbation of v, q or T tried (1e-6 to 3x) changes it; a swap of two saved tokens does"
     checks = {
         "(a) at most one non-Boolean row (to 1e-8, past each system's horizon), each Boolean row led by an extreme token: failing seeds": every(
-            ok["a"], detects=DETECTS_EARLY
+            ok["a"], detects=DETECTS_EARLY, values=a_value, limits=BOOLEAN_TOL, cases=a_name
         ),
         "(b) rows in the order e_1 ... (one other) ... e_n: failing seeds": report(len(ok["b"]) - sum(ok["b"]), structural),
         "(c) rank(P) in {1, 2} (rank 3 allowed with a bounded interior token): failing seeds": every(

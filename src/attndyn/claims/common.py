@@ -134,18 +134,41 @@ def one_of(value: float, allowed: list[int], note: str = "", *, detects: str = "
     return _judged(value, text, float(value) in [float(a) for a in allowed], 1 if allowed else 0, note, detects=detects)
 
 
-def every(ok: np.ndarray | list, note: str = "", *, cases: list[str] | None = None, detects: str = "") -> Check:
+def every(
+    ok: np.ndarray | list,
+    note: str = "",
+    *,
+    cases: list[str] | None = None,
+    detects: str = "",
+    values: np.ndarray | list | None = None,
+    limits: np.ndarray | list | float | None = None,
+) -> Check:
     """Judge every case: ``ok`` holds one flag per case (True = the theorem's statement holds).
 
-    The value is the number of failing cases; the check passes when it is 0 of at least 1. The
-    first failing case is named (by ``cases[k]`` when given).
+    The value is the number of failing cases; the check passes when it is 0 of at least 1. Without
+    ``values`` the first failing case is named (by ``cases[k]`` when given) and the margin is minus
+    the count. With ``values`` and ``limits`` (each case's own measured quantity and the bound it
+    must stay at or below), the worst case is the one with the largest ``value / limit`` (among the
+    failing cases when there are any): it is named with its value and its limit, and the margin is that case's ``limit - value``
+    in the quantity's own units, so a passing counted check shows how close it came.
     """
     flags = np.asarray(ok, dtype=bool).ravel()
     bad = int((~flags).sum())
+    name = lambda k: cases[k] if cases is not None else f"case {k + 1} of {flags.size}"  # noqa: E731
+    if values is not None and flags.size:
+        vals = np.asarray(values, dtype=np.float64).ravel()
+        lims = np.broadcast_to(np.asarray(limits, dtype=np.float64), vals.shape)
+        if vals.shape != flags.shape:
+            raise ValueError(f"every: {vals.size} values for {flags.size} cases")
+        ratio = np.where(np.isnan(vals), np.inf, vals / lims)
+        if bad:  # a failing case is named before any passing one, however close that came
+            ratio = np.where(flags, -np.inf, ratio)
+        k = int(np.argmax(ratio))
+        worst = f"{name(k)}: {vals[k]:.3g} against <= {lims[k]:.3g}"
+        return _judged(bad, f"0 of {flags.size} fail", bad == 0, flags.size, note, float(lims[k] - vals[k]), worst, detects)
     worst = ""
     if bad:
-        k = int(np.argmin(flags))
-        worst = cases[k] if cases is not None else f"case {k + 1} of {flags.size}"
+        worst = name(int(np.argmin(flags)))
     return _judged(bad, f"0 of {flags.size} fail", bad == 0, flags.size, note, float(-bad), worst, detects)
 
 

@@ -107,6 +107,10 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     """The checks of Theorem 3.1 as a pure function of the saved states (every run, every token)."""
     ok = {"hull": [], "bounded": [], "converged": [], "S": [], "boundary": [], "boolean": [], "leader": []}
     at_vertex, rates, rows = [], [], []
+    # each case's own value and limit, so that a counted check names its closest case (common.every)
+    val = {key: [] for key in ("hull", "bounded", "converged", "S", "boundary", "boolean")}
+    lim = {key: [] for key in val}
+    names = {"run": [], "token": []}
     for k in cases(arrays):
         ts, zs, B, u, scale = arrays[f"ts{k}"], arrays[f"z{k}"], arrays[f"B{k}"], arrays[f"u{k}"], float(arrays[f"scale{k}"])
         T, d = float(ts[-1]), zs.shape[-1]
@@ -119,7 +123,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             h = geometry.support_function(z, u)
             ok["hull"].append(np.diff(h, axis=0).max() <= MONOTONE_RTOL * scale)
             ok["bounded"].append((h - h[0]).max() <= MONOTONE_RTOL * scale)
-            ok["converged"].append(T >= 1.0 and np.linalg.norm(z[-1] - z[k1], axis=1).max() < 1e-3 * scale)
+            step = np.linalg.norm(z[-1] - z[k1], axis=1).max()
+            ok["converged"].append(T >= 1.0 and step < 1e-3 * scale)
+            for key, value, limit in (
+                ("hull", np.diff(h, axis=0).max(), MONOTONE_RTOL * scale),
+                ("bounded", (h - h[0]).max(), MONOTONE_RTOL * scale),
+                ("converged", step if T >= 1.0 else np.inf, 1e-3 * scale),
+            ):
+                val[key].append(float(value))
+                lim[key].append(limit)
+            run_name = f"d = {d}, n = {zs.shape[2]}, scale {scale:g}, case {k}, seed {s}"
+            names["run"].append(run_name)
             p = z[-1]
             verts = geometry.hull_vertices(p)
             at_vertex.extend(geometry.distance_to_vertices(p, p[verts]) <= VERTEX_TOL)
@@ -128,9 +142,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             lhs = (Ap**2).sum(1)
             rhs = (Ap @ (p[verts] @ A.T).T).max(1)
             ok["S"].extend(np.abs(lhs - rhs) <= 1e-3 * np.maximum(lhs, 1e-12))
-            ok["boundary"].extend(np.minimum(geometry.boundary_distance(p), np.linalg.norm(p, axis=1)) <= VERTEX_TOL * scale)
+            bdist = np.minimum(geometry.boundary_distance(p), np.linalg.norm(p, axis=1))
+            ok["boundary"].extend(bdist <= VERTEX_TOL * scale)
+            val["S"].extend(np.abs(lhs - rhs))
+            lim["S"].extend(1e-3 * np.maximum(lhs, 1e-12))
+            val["boundary"].extend(bdist)
+            lim["boundary"].extend([VERTEX_TOL * scale] * len(p))
+            names["token"].extend(f"{run_name}, token {i}" for i in range(len(p)))
             P = ad.attention_matrix(model, p, t=T)[0].numpy()
             ok["boolean"].append(lowrank.boolean_distance(P) <= BOOLEAN_TOL)
+            val["boolean"].append(float(lowrank.boolean_distance(P)))
+            lim["boolean"].append(BOOLEAN_TOL)
             labels = clusters.cluster_labels(p, tol=VERTEX_TOL * 10)
             ok["leader"].extend(labels[P.argmax(1)] == labels)
             dev = np.linalg.norm(z - z[-1], axis=-1).max(1)
@@ -139,13 +161,23 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
                 rates.append(-np.polyfit(ts[sel], np.log(dev[sel]), 1)[0])
     checks = {
         "(a) hull of z non-increasing (200 directions, to 64 eps of the scale): failing runs": every(
-            ok["hull"], detects=DETECTS_RESCALING + " or (1 - 1e-6) I"
+            ok["hull"], detects=DETECTS_RESCALING + " or (1 - 1e-6) I", values=val["hull"], limits=lim["hull"], cases=names["run"]
         ),
-        "(b) z_i(t) in conv{z_j(0)} (to 64 eps of the scale): failing runs": every(ok["bounded"], detects=DETECTS_RESCALING),
-        "(c) |z(T) - z(T-1)| < 1e-3 scale: failing runs": every(ok["converged"], detects=DETECTS_EARLY),
-        "(d) S-equation |Ap|^2 = max_j <Ap, Av_j> (rel. 1e-3): failing tokens": every(ok["S"], detects=DETECTS_EARLY),
-        "(d) limit in dK u {0} (distance <= 1e-3 scale): failing tokens": every(ok["boundary"], detects="the run stopped at T / 2"),
-        "(e) P(T) Boolean to 1e-8: failing runs": every(ok["boolean"], detects="the run stopped at T / 2"),
+        "(b) z_i(t) in conv{z_j(0)} (to 64 eps of the scale): failing runs": every(
+            ok["bounded"], detects=DETECTS_RESCALING, values=val["bounded"], limits=lim["bounded"], cases=names["run"]
+        ),
+        "(c) |z(T) - z(T-1)| < 1e-3 scale: failing runs": every(
+            ok["converged"], detects=DETECTS_EARLY, values=val["converged"], limits=lim["converged"], cases=names["run"]
+        ),
+        "(d) S-equation |Ap|^2 = max_j <Ap, Av_j> (rel. 1e-3): failing tokens": every(
+            ok["S"], detects=DETECTS_EARLY, values=val["S"], limits=lim["S"], cases=names["token"]
+        ),
+        "(d) limit in dK u {0} (distance <= 1e-3 scale): failing tokens": every(
+            ok["boundary"], detects="the run stopped at T / 2", values=val["boundary"], limits=lim["boundary"], cases=names["token"]
+        ),
+        "(e) P(T) Boolean to 1e-8: failing runs": every(
+            ok["boolean"], detects="the run stopped at T / 2", values=val["boolean"], limits=lim["boolean"], cases=names["run"]
+        ),
         "(e) leader of row i in the vertex cluster of z_i: failing rows": every(ok["leader"], detects="the run stopped at T / 2"),
         "generic: fraction of tokens within 1e-3 of a hull vertex": report(fraction(at_vertex), "the authors' run: 400 of 400 tokens"),
         "(f) fitted rate of max_i |z_i(t) - z_i(T)|, median over runs": report(
