@@ -324,7 +324,7 @@ def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, 
     result = runner.invoke(app, ["simulate", str(cfg), "--out", str(tmp_path / "p")])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("simulate: ")]
-    assert [line.split(" %")[0] for line in lines] == [f"simulate: {p}" for p in range(10, 101, 10)], lines
+    assert [line.split(" %")[0] for line in lines] == [f"simulate: {p}" for p in range(0, 101, 10)], lines
     assert "s elapsed" in lines[-1]
 
 

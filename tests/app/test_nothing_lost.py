@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -130,7 +131,15 @@ def test_ctrl_c_during_simulate_keeps_a_partial_run(tmp_path):
     # of a non-interactive shell, nohup): Python raises KeyboardInterrupt only where SIGINT was not ignored at start
     proc = attndyn("simulate", str(cfg), "--out", str(out), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        time.sleep(6)  # imports, then some steps
+        # the child's own first progress line (0 %, printed once it has stepped for a second): no fixed sleep, which a
+        # loaded machine outlasts while the child is still importing torch
+        before, deadline = [], time.monotonic() + 300
+        while not any(line.startswith("simulate: ") for line in before[-1:]):
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stderr.readline() if ready else ""
+            if not line:
+                raise AssertionError(f"no progress line from the child in 300 s, or it ended: {''.join(before)}")
+            before.append(line)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:  # a run to t = 200000 must not outlive a failed test, nor leave its pipes open (no-ops once it has ended)

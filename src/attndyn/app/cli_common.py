@@ -107,11 +107,12 @@ class StepWatch:
 @contextlib.contextmanager
 def delayed_progress(description: str, total: float, *, delay: float | None = None, adaptive: bool = False) -> Iterator[Callable[[float], None]]:
     """Yield ``update(completed)``. Progress appears once the run has lasted ``delay`` s (default
-    ``PROGRESS_DELAY``): a Rich bar on a terminal, else one line per 10 % with the elapsed time. For an
+    ``PROGRESS_DELAY``): a Rich bar on a terminal, else one line when it starts stepping (0 %) and one per 10 % with the elapsed time. For an
     adaptive run (``adaptive``) a collapsing step is said once, with the suggestion of a fixed step."""
     start = time.perf_counter()
     wait = PROGRESS_DELAY if delay is None else delay
-    state: dict = {"decile": 0}
+    # -1: the first line (0 %) comes as soon as the delay has passed, so a log shows the run has started stepping
+    state: dict = {"decile": -1}
     watch = StepWatch() if adaptive else None
     terminal = err_console.is_terminal
 
