@@ -57,7 +57,7 @@ HORIZON_MARGIN = 1.0  # in units of v t: the leader gap at the horizon is e time
 S_CAP = 24.0  # no run goes past v T = 24; a system whose horizon lies beyond it is excluded (counted)
 
 
-DETECTS_EARLY = "the run stopped at 0.7 of its planned end (v T >= 14, past every system's horizon)"
+DETECTS_EARLY = "the run stopped at 0.55 of its planned end (v T >= 14, past every system's horizon)"
 
 
 def horizons(z0: np.ndarray, q: float) -> np.ndarray:
@@ -236,7 +236,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             ok["distnondec"], detects="v off by 1e-6 in the dynamics (the judge rescales with the stated v)"
         ),
         "(e) z_i of unbounded tokens converged (|z_i(T) - z_i(T - 1/v)| <= 1e-3 |z_i| + 1e-5 scale): failing seeds": every(
-            ok["converge"], detects=DETECTS_EARLY
+            ok["converge"], detects="the run stopped at 0.7 of its planned end"
         ),
         "(e) at most one token with |z_i(T)| < 1e-3: failing seeds": report(len(ok["e"]) - sum(ok["e"]), structural),
         "(f) slope of log(-log(1 - P_i,lead)), saturated saves of t in [8/v, 14/v], units of v: distance to 1 or 2, every row": every_within(
