@@ -47,6 +47,7 @@ EXPERIMENTS = {
     "causal-position-bias": "causal_position_bias",
     "rank-collapse": "rank_collapse",
     "sinks": "sinks",
+    "noisy-transition": "noisy_transition",
 }
 
 

@@ -148,6 +148,9 @@ def kappa_sn(beta: float, d: int, *, L: int = 40, nodes: int = 400, h_max: float
         hs = np.linspace(1e-3, h_max, 121)
         ks, _ = zonal_branch(beta, d, hs, L=Lq, nodes=nq)
         k = int(np.argmin(ks))
+        if k == 0:  # supercritical: kappa increases along the branch, whose infimum is its start (h_1 -> 0)
+            kk, mm = zonal_branch(beta, d, np.array([1e-4]), L=Lq, nodes=nq)  # c h^2 ~ 1e-10 c; m_1 = 5e-5 keeps 1e-12
+            return float(kk[0]), float(mm[0])
         lo, hi = hs[max(k - 1, 0)], hs[min(k + 1, len(hs) - 1)]
 
         def f(x: float) -> float:
