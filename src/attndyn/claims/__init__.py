@@ -48,6 +48,7 @@ EXPERIMENTS = {
     "rank-collapse": "rank_collapse",
     "sinks": "sinks",
     "noisy-transition": "noisy_transition",
+    "random-attention-entropy": "random_attention_entropy",
 }
 
 
