@@ -139,13 +139,13 @@ def landau_from_branch(beta: float, d: int, *, hs: tuple[float, float] = (0.02, 
     return float(a / k0)
 
 
-def kappa_sn(beta: float, d: int, *, L: int = 40, nodes: int = 400, h_max: float = 60.0) -> tuple[float, float, float]:
+def kappa_sn(beta: float, d: int, *, L: int = 40, nodes: int = 400, h_max: float = 10.0) -> tuple[float, float, float]:
     """``(kappa_sn, m1 at the fold, precision)``: the minimum of kappa over the branch (kappa_lin when the branch is
     supercritical), located by a bounded scalar minimisation in h_1 (xatol 1e-9) after a coarse scan; the precision
     is the difference from a run at a finer resolution (degree L + 20, twice the quadrature nodes)."""
 
     def at(Lq: int, nq: int) -> tuple[float, float]:
-        hs = np.linspace(1e-3, h_max, 121)
+        hs = np.linspace(1e-3, h_max, 41)
         ks, _ = zonal_branch(beta, d, hs, L=Lq, nodes=nq)
         k = int(np.argmin(ks))
         if k == 0:  # supercritical: kappa increases along the branch, whose infimum is its start (h_1 -> 0)
