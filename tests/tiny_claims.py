@@ -51,6 +51,8 @@ TINY = {
     "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
     "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},
+    "noisy-transition": {},
+    "random-attention-entropy": {"n": 512, "rows": 256},  # the quick size (QUICK is empty): the power is stated there
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 

@@ -154,6 +154,14 @@ SENSITIVITY = {
         ({"kappa_factor": 1 / 1.1}, {}, ["above the threshold"]),
         ({"kappa_factor": 2.0}, {}, ["above the threshold", "below the threshold (kappa < 2)"]),
     ],
+    # at the quick size (QUICK is empty): the solvers' noise factor 10 % off, the kernel normalised (SA) by mistake, and
+    # the continuation run at beta on the wrong side of beta* by 5 % (0.95 beta* read as 1.05 beta*, and back)
+    "noisy-transition": [
+        ({"noise_factor": 1.1}, {}, ["kappa_lin: |measured"]),
+        ({"normalised_kernel": True}, {}, ["kappa_lin: |measured"]),
+        ({"beta_factor": 0.95 / 1.05}, {}, ["direction:", "Landau coefficient:", "hysteresis:"]),
+        ({"beta_factor": 1.05 / 0.95}, {}, ["direction:", "Landau coefficient:", "hysteresis:"]),
+    ],
     GMF: [
         ({"softmax_beta_factor": 0.98}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
         ({"softmax_beta_factor": 1.02}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),

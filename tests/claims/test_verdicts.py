@@ -618,6 +618,7 @@ FUNCTION_OF = {
     "sinks": "test_sinks_checks_fail_on_violations",
     "trained-decoder": "test_trained_decoder_checks_fail_on_violations",
     "noisy": "test_noisy_checks_fail_on_violations",
+    "noisy-transition": "test_noisy_transition_checks_fail_on_violations",
 }
 
 
@@ -1171,3 +1172,22 @@ def test_noisy_checks_fail_on_violations():
     k = kappas.index(1.5)
     a[f"R{k}"], a[f"R_half{k}"] = a[f"R{k}"] * 1.5, a[f"R_half{k}"] * 1.5  # the floor read 1.5x, as the old quick size did
     assert failing(judged(cid, a), "below the threshold (kappa < 2)")
+
+
+def test_noisy_transition_checks_fail_on_violations():
+    """Issue 53: each judged check of noisy-transition fails on a violating input (the saved arrays edited)."""
+    cid = "noisy-transition"
+    a = copy_arrays(cid)
+    a["rate"][0, 2] *= 1 + 1e-5  # the measured kappa_lin 1e-5 off (tolerance 1e-6)
+    assert failing(judged(cid, a), "kappa_lin: |measured / closed form - 1|")
+    a = copy_arrays(cid)
+    a["branch"][0, 3] = -abs(a["branch"][0, 3])  # a subcritical coefficient below beta*
+    checks = judged(cid, a)
+    assert failing(checks, "direction: the branch's Landau coefficient")
+    assert failing(checks, "Landau coefficient: |branch")
+    a = copy_arrays(cid)
+    a["branch"][0, 5] = a["branch"][0, 8] * 0.99  # a hysteresis window below beta*
+    assert failing(judged(cid, a), "hysteresis: kappa_sn < kappa_lin")
+    a = copy_arrays(cid)
+    a["branch"][-3, 5] = a["branch"][-3, 8]  # no window at beta = 3 > beta*
+    assert failing(judged(cid, a), "hysteresis: kappa_sn < kappa_lin")

@@ -47,6 +47,8 @@ EXPERIMENTS = {
     "causal-position-bias": "causal_position_bias",
     "rank-collapse": "rank_collapse",
     "sinks": "sinks",
+    "noisy-transition": "noisy_transition",
+    "random-attention-entropy": "random_attention_entropy",
 }
 
 

@@ -8,7 +8,8 @@ Gaussian mean-field flow (``gaussian_mean_field``: ``gaussian_moments``, ``gauss
 ``gaussian_identity_covariance``, ``gaussian_blowup_time``), causal attention at beta = 0 and its
 depth rollout (``causal_attention``: ``cesaro``, ``causal_flow``, ``rollout_weights``,
 ``primacy_tail``), the spectra of random attention matrices (``random_attention``:
-``quarter_circle_moments``), all re-exported here, the continuity equation on the circle
+``quarter_circle_moments``), the noisy USA transition (``noisy_transition``: ``noisy_critical_beta``,
+``kappa_lin``, ``landau_coefficient``, ``kappa_sn``), all re-exported here, the continuity equation on the circle
 (``meanfield``) and for zonal densities on S^2 (``meanfield_sphere``), and the matrices the paper's
 theorems name (``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
 (the mean-field solver reuses its Runge-Kutta tableaux).
@@ -35,6 +36,7 @@ from attndyn.theory.closed_forms import (
     wendel,
 )
 from attndyn.theory.gaussian_mean_field import gaussian_blowup_time, gaussian_field, gaussian_identity_covariance, gaussian_moments
+from attndyn.theory.noisy_transition import kappa_lin, kappa_sn, landau_coefficient, noisy_critical_beta
 from attndyn.theory.random_attention import quarter_circle_moments
 
 __all__ = [
@@ -46,6 +48,10 @@ __all__ = [
     "gaussian_identity_covariance",
     "gaussian_moments",
     "primacy_tail",
+    "kappa_lin",
+    "kappa_sn",
+    "landau_coefficient",
+    "noisy_critical_beta",
     "quarter_circle_moments",
     "rollout_weights",
     "equiangular",

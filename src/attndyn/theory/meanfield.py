@@ -77,6 +77,7 @@ class _Args:
     minus_ik: torch.Tensor  # (M//2 + 1,) complex: -i m, de-aliased
     usa: bool
     M: int
+    diffusion: torch.Tensor | None = None  # (M//2 + 1,): -m^2 / kappa (the noise sqrt(2 / kappa) dW), or None
 
 
 def _coefficients(M: int, beta: float, usa: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -125,6 +126,8 @@ def _field(t: float, rho: torch.Tensor, args: _Args) -> torch.Tensor:
     else:
         both = _irfft(args.coef * rho_hat, n=args.M)
         flux = both[0].div_(both[1]).mul_(rho)
+    if args.diffusion is not None:  # d_t rho = -d_theta(rho v) + (1 / kappa) d_theta^2 rho
+        return _irfft(args.minus_ik * _rfft(flux) + args.diffusion * rho_hat, n=args.M)
     return _irfft(args.minus_ik * _rfft(flux), n=args.M)
 
 
@@ -204,8 +207,12 @@ def solve_circle(
     dt: float | None = None,
     threads: int | None = None,
     progress: Callable[[float], None] | None = None,
+    kappa: float | None = None,
 ) -> MeanFieldSolution:
     """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring).
+
+    ``kappa``: with noise, the particles' sqrt(2 / kappa) dW (SPEC §8.7) adds (1 / kappa) d_theta^2 rho, applied
+    exactly in Fourier (-m^2 / kappa); spectral method only. None (the default): no noise.
 
     Spectral runs step with adaptive Dopri5 at ``rtol``/``atol``, or with classical RK4 at a fixed
     step ``dt`` when one is given (no error control: the caller owns the accuracy).
@@ -221,6 +228,11 @@ def solve_circle(
     cut = M // 3
     if beta > 0 and ive(cut, beta) / ive(0, beta) > 1e-13:
         raise ValueError(f"M = {M} modes are too few for beta = {beta:g}: I_{cut}(beta) / I_0(beta) = {ive(cut, beta) / ive(0, beta):.2g} > 1e-13.")
+    if kappa is not None:
+        if not (isinstance(kappa, int | float) and math.isfinite(kappa) and kappa > 0):
+            raise ValueError(f"kappa = {kappa!r} must be a finite number > 0 (the noise is sqrt(2 / kappa) dW).")
+        if method != "spectral":
+            raise ValueError("kappa (diffusion) is implemented for method='spectral' only.")
     if method == "finite-volume":
         if not 0 < cfl <= 0.5:
             raise ValueError(f"cfl = {cfl} must be in (0, 0.5] for the scheme to preserve positivity.")
@@ -229,7 +241,8 @@ def solve_circle(
         z, v = _coefficients(M, beta, usa)
         m = np.arange(M // 2 + 1)
         minus_ik = -1j * m * (m <= cut)
-        args = _Args(torch.as_tensor(np.stack([v, z])), torch.as_tensor(minus_ik), usa, M)
+        diffusion = None if kappa is None else torch.as_tensor(-(m.astype(np.float64) ** 2) / kappa)
+        args = _Args(torch.as_tensor(np.stack([v, z])), torch.as_tensor(minus_ik), usa, M, diffusion)
 
         def check(t: float, r: torch.Tensor) -> torch.Tensor:
             arr = r.numpy()

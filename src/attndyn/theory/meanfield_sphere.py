@@ -107,13 +107,15 @@ class _Args:
     k: torch.Tensor  # (L + 1,) kernel K_l (scaled)
     kb: torch.Tensor  # (L + 1,) K_l / beta (scaled)
     usa: bool
+    diffusion: torch.Tensor | None = None  # (L + 1,): -l (l + 1) / kappa (the noise sqrt(2 / kappa) dW), or None
 
 
 def _field(t: float, a: torch.Tensor, args: _Args) -> torch.Tensor:
     rho = args.P @ a
     slope = args.D @ (args.kb * a)  # F' / beta
     w = slope if args.usa else slope / (args.P @ (args.k * a))
-    return args.Dt @ (rho * w)
+    out = args.Dt @ (rho * w)
+    return out if args.diffusion is None else out + args.diffusion * a
 
 
 def check_coefficients(a0: np.ndarray) -> np.ndarray:
@@ -130,13 +132,16 @@ def nodes(L: int) -> tuple[np.ndarray, np.ndarray]:
 
 def solve_sphere(
     a0: np.ndarray, ts: np.ndarray, *, beta: float, usa: bool = False, rtol: float = 1e-10, atol: float = 1e-12, dt: float | None = None,
-    max_steps: int = 1_000_000, threads: int | None = None,
+    max_steps: int = 1_000_000, threads: int | None = None, kappa: float | None = None,
 ) -> ZonalSolution:  # fmt: skip
     """Evolve the zonal density with Legendre coefficients ``a0`` and save it at ``ts`` (see the module docstring).
 
     Adaptive Dopri5 at ``rtol``/``atol``, or classical RK4 at a fixed step ``dt`` when one is given.
-    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`.
+    ``threads``: intra-op threads for this call, as for :func:`attndyn.simulate`. ``kappa``: with noise, the
+    particles' sqrt(2 / kappa) dW adds (1 / kappa) Delta_S rho, i.e. -l (l + 1) / kappa on a_l; None: no noise.
     """
+    if kappa is not None and not (isinstance(kappa, int | float) and math.isfinite(kappa) and kappa > 0):
+        raise ValueError(f"kappa = {kappa!r} must be a finite number > 0 (the noise is sqrt(2 / kappa) dW).")
     a = check_coefficients(a0)
     ts = check_run(beta, ts, dt)
     L = a.size - 1
@@ -154,6 +159,7 @@ def solve_sphere(
         torch.as_tensor(k),
         torch.as_tensor(kb),
         usa,
+        None if kappa is None else torch.as_tensor(-np.arange(L + 1) * (np.arange(L + 1) + 1.0) / kappa),
     )
     norm = 2 / (2 * np.arange(L + 1) + 1)  # ||P_l||^2 on [-1, 1]
 
