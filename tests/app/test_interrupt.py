@@ -83,3 +83,15 @@ def test_the_probe_sees_torch_when_a_command_loads_it(tmp_path):
     code, torch_loaded = _imports_torch("simulate", str(cfg), "--out", str(tmp_path / "run"))
     assert code == 0
     assert torch_loaded
+
+
+def test_every_public_name_resolves_and_dir_lists_it():
+    import attndyn
+
+    listed = dir(attndyn)
+    for name in attndyn.__all__:
+        assert name in listed  # dir() names analyze and the engine's names before they are loaded
+        assert getattr(attndyn, name) is not None
+    assert attndyn.analyze.__module__ == "attndyn.analysis.prediction"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        attndyn.no_such_name  # noqa: B018
