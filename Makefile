@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench lint gpu-check seeds clean
+.PHONY: demo test check docs bench lint gpu-check seeds clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,17 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/attndyn reproduce --quick --out report
+	@echo "next: source $(VENV)/bin/activate   (then attndyn and python are this environment's; see README.md)"
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# A smoke subset (under 2 minutes on 2 cores, measured beside other work): the engine against exact
+# solutions and SciPy, the invariants, the layer contract, the command line's Ctrl-C and light imports.
+CHECK_TESTS := tests/core/test_exact.py tests/core/test_invariants.py tests/core/test_against_scipy.py \
+	tests/test_layers.py tests/app/test_interrupt.py
+check: $(STAMP)
+	$(PY) -m pytest $(CHECK_TESTS) -q -m "not slow and not gpu and not checkpoint" -p no:cacheprovider
 
 # The documentation site, offline and strict (a broken link or reference fails): site/index.html.
 docs: $(STAMP)

@@ -205,3 +205,24 @@ def test_every_page_with_examples_is_found():
     names = {str(p.relative_to(ROOT)) for p in PYTHON_PAGES}
     assert {"README.md", "docs/getting-started.md", "docs/guide/engine.md", "docs/guide/trained-models.md"} <= names
     assert len(SHELL_LINES) >= 20
+
+
+def test_pages_write_the_command_one_way_and_say_how_to_activate():
+    # one form everywhere: `attndyn ...` in the activated environment, which README and getting-started say how to enter
+    for page in PAGES:
+        for number, text in enumerate(page.read_text().splitlines(), 1):
+            assert ".venv/bin/attndyn " not in text or "activat" in text, f"{page.relative_to(ROOT)}:{number} writes .venv/bin/attndyn"
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        assert "source .venv/bin/activate" in page.read_text(), page
+
+
+def test_make_demo_ends_by_saying_how_to_activate_and_make_check_is_documented():
+    import subprocess
+
+    # make's dry run prints the recipes as they would run: the demo's last line is the activation hint
+    demo = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "source .venv/bin/activate" in demo.strip().splitlines()[-1]
+    check = subprocess.run(["make", "-n", "check"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "pytest" in check
+    assert "not slow" in check
+    assert "make check" in (ROOT / "README.md").read_text()

@@ -67,7 +67,7 @@ def test_wheel_holds_the_package_and_nothing_else(wheel):
         assert f"attndyn/{layer}/__init__.py" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "docs/", "benchmarks/")) or "__pycache__" in n]
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "attndyn = attndyn.app.cli:entry" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "attndyn = attndyn.__main__:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 def test_the_installed_library_and_module_run(installed):

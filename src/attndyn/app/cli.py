@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from attndyn.app.cli_common import _one_line, console, fail, say
+from attndyn.app.cli_common import _one_line, console, fail, said, say
 from attndyn.app.commands.checkpoint import checkpoint
 from attndyn.app.commands.claims import judge, list_claims, report, reproduce
 from attndyn.app.commands.meanfield import meanfield
@@ -44,10 +44,17 @@ def entry(argv: list[str] | None = None) -> int:
         if option == "--out" and ((eq and not value.strip()) or (not eq and k + 1 < len(args) and not args[k + 1].strip())):
             say("--out '' is an empty path; name a new or empty folder")
             return 2
-    previous = signal.signal(signal.SIGTERM, _interrupt) if threading_main() else None
+    main_thread = threading_main()
+    # Ctrl-C and SIGTERM raise KeyboardInterrupt from here on, also inside the heavy imports (torch)
+    # that the commands make: one line and 130 below, never a traceback
+    previous = (signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, signal.default_int_handler)) if main_thread else None
+    said.clear()
     try:
         code = app(args=args, prog_name="attndyn", standalone_mode=False)
-        return code if isinstance(code, int) else 0
+        code = code if isinstance(code, int) else 0
+        if code == 130 and "interrupted" not in said:  # Typer's own answer to Ctrl-C: an exit status without a word
+            raise KeyboardInterrupt
+        return code
     except typer.Exit as err:
         return err.exit_code
     except (typer.Abort, KeyboardInterrupt, EOFError) as err:
@@ -57,6 +64,8 @@ def entry(argv: list[str] | None = None) -> int:
         if isinstance(ended, EOFError):
             say(f"a file ended before the data it declares (EOFError: {_one_line(ended)}); it is truncated or damaged")
             return 2
+        if main_thread:  # a second Ctrl-C while the line is printed adds nothing
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         say("nothing more was written (what had finished is kept)", label="interrupted", style="bold yellow")
         return 130
     except UserError as err:
@@ -84,7 +93,8 @@ def entry(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
 
 
 # packages only some commands import, and the extra of pyproject.toml that installs them

@@ -19,9 +19,16 @@ err_console = Console(stderr=True)
 console = Console()
 
 
+# what ``say`` has printed in this command: the entry point adds the interruption's line only where a
+# command has not said its own (Typer turns a KeyboardInterrupt into a silent exit status 130)
+said: set[str] = set()
+
+
 def say(message: str, *, label: str = "error", style: str = "bold red") -> None:
     """One line on stderr, printed literally (no markup: ``[grid]`` and ``[nan, nan]`` survive)."""
     from rich.text import Text
+
+    said.add(label)
 
     err_console.print(Text.assemble((f"{label}: ", style), message), highlight=False, soft_wrap=True)
 

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
-
-import torch
 
 # B * heads * n^2 * d of one field evaluation above which a second thread pays on an idle machine:
 # for one system, and for a batch of systems (parallel over the members pays sooner than parallel
@@ -188,9 +187,15 @@ def workers(jobs: int, workers: int | None = None) -> int:
 def set_process_default(threads: int | None = None) -> int:
     """The process-wide count for work outside the library's entry points, which choose per call:
     ``threads``, else ``ATTNDYN_THREADS``, else one; applied to torch and to the BLAS pools. The CLI
-    and the test suite call it; a library user may (importing attndyn changes nothing)."""
+    and the test suite call it; a library user may (importing attndyn changes nothing).
+
+    Torch is not imported here (the light commands never load it): when it is not loaded yet, the
+    count goes to ``OMP_NUM_THREADS``, which torch reads for its pool when it is imported."""
     k = choose(0.0, threads)
-    torch.set_num_threads(k)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(k)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(k)
     limit_blas(k)
     return k
 
@@ -199,6 +204,8 @@ def set_process_default(threads: int | None = None) -> int:
 def policy(work: float, threads: int | None = None, *, batch: int = 1) -> Iterator[int]:
     """Run the body with :func:`choose`'s thread count; the previous count is restored on exit."""
     k = choose(work, threads, batch=batch)
+    import torch
+
     previous = torch.get_num_threads()
     if k != previous:
         torch.set_num_threads(k)

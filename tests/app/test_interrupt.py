@@ -1,0 +1,97 @@
+"""Ctrl-C at any moment of a command gives one line and exit status 130; the light commands do not
+import torch. Each runs ``python -m attndyn`` in a child process, like a user's shell."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.app.test_bad_input import CONFIG
+
+# a command that imports torch and then runs far longer than the test waits
+LONG = 'save_every = 100.0\nmax_steps = 100000000\n[model]\ngeometry = "sphere"\n'
+
+
+def _long_config(tmp_path):
+    cfg = tmp_path / "c.toml"
+    text = CONFIG.replace("n = 6", "n = 64").replace('kind = "uniform"', 'kind = "sphere"').replace("t1 = 0.5", "t1 = 200000.0")
+    cfg.write_text(text.replace("dt = 0.05", "dt = 0.01") + LONG)
+    return cfg
+
+
+def _interrupt_after(args: list[str], delay: float) -> tuple[int, str]:
+    # SIGINT's default action in the child even where the suite runs with SIGINT ignored (nohup, a background job)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attndyn", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:  # the run must not outlive a failed test
+        proc.kill()
+        proc.communicate()
+    return proc.returncode, err
+
+
+# moments, not waits for a state: the first falls in the interpreter's start or the command line's imports,
+# the next in torch's import (2 s of CPU alone), the last in the integration; each must end the same way
+@pytest.mark.parametrize("delay", [0.15, 0.6, 1.2, 4.0])
+def test_ctrl_c_at_any_moment_prints_one_line_and_exits_130(tmp_path, delay):
+    code, err = _interrupt_after(["simulate", str(_long_config(tmp_path)), "--out", str(tmp_path / "run")], delay)
+    assert "Traceback" not in err, err
+    assert code == 130, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    # the interruption's line, and (once the integration has started) the line naming the partial run kept
+    assert lines, err
+    assert lines[-1].startswith("interrupted:"), err
+    assert all(line.startswith("interrupted:") or "partial" in line for line in lines), err
+
+
+def _imports_torch(*args: str) -> tuple[int, bool]:
+    probe = (
+        "import sys\n"
+        "from attndyn.__main__ import main\n"
+        f"sys.argv = ['attndyn', *{list(args)!r}]\n"
+        "code = main()\n"
+        "print('torch' in sys.modules)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout.strip().endswith("True")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["sweep", "--help"]])
+def test_light_commands_do_not_import_torch(args):
+    code, torch_loaded = _imports_torch(*args)
+    assert code == 0
+    assert not torch_loaded
+
+
+def test_the_probe_sees_torch_when_a_command_loads_it(tmp_path):
+    # the probe's own check: a command that integrates does import torch
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    code, torch_loaded = _imports_torch("simulate", str(cfg), "--out", str(tmp_path / "run"))
+    assert code == 0
+    assert torch_loaded
+
+
+def test_every_public_name_resolves_and_dir_lists_it():
+    import attndyn
+
+    listed = dir(attndyn)
+    for name in attndyn.__all__:
+        assert name in listed  # dir() names analyze and the engine's names before they are loaded
+        assert getattr(attndyn, name) is not None
+    assert attndyn.analyze.__module__ == "attndyn.analysis.prediction"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        attndyn.no_such_name  # noqa: B018
