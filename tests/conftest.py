@@ -11,6 +11,16 @@ def pytest_configure(config):
     from attndyn.core.threads import set_process_default
 
     set_process_default()
+    # the suite's own config folder: markers are signed with a key made on first use under
+    # $XDG_CONFIG_HOME/attndyn, and no test may write (or read) the real user's
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    config_home = tempfile.mkdtemp(prefix="attndyn-test-config-")
+    os.environ["XDG_CONFIG_HOME"] = config_home
+    atexit.register(shutil.rmtree, config_home, True)
 
 
 @pytest.fixture

@@ -34,6 +34,8 @@ def lhash(path: Path) -> dict[str, str]:
             out[rel] = "dir"
             for child in sorted(os.listdir(p)):
                 one(p / child, f"{rel}/{child}")
+        elif p.exists() and not p.is_file():
+            out[rel] = f"special:{os.lstat(p).st_ino}"  # a FIFO or socket: never opened (a FIFO would block)
         elif p.exists():
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
         else:
@@ -161,6 +163,66 @@ def _f3_outside(c: Ctx):
     return ["simulate", c.config(), "--out", str(c.root / "o")], [victim]
 
 
+def _forged(c: Ctx, how: str):
+    """Issue 51 finding 1: a marker listing the user's notes.txt with its true SHA-256, written by someone else."""
+    import hmac
+
+    if how == "edited":
+        ownership.claim(c.root / "o", "run", "test")
+    notes = c.file("o/notes.txt", "the researcher's notes\n")
+    true = ownership.digest(notes)
+    record = {
+        "kind": "run",
+        "format": ownership.FORMAT,
+        "version": "0.4.0",
+        "writer": "attndyn simulate",
+        "files": {"notes.txt": true},
+        "previous": {},
+    }
+    if how == "format-2":
+        record["format"] = 2
+    elif how == "previous":  # the run after a move would delete what the marker says it moved aside
+        c.file("o/.previous/notes.txt", "the researcher's notes\n")
+        record["previous"], record["files"] = {"notes.txt": true}, {}
+    elif how == "other-key":
+        body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        record["mac"] = hmac.new(os.urandom(32), body, "sha256").hexdigest()
+    elif how == "edited":  # a marker attndyn signed, with the user's file added afterwards (the mac kept)
+        record = json.loads((c.root / "o" / ownership.MARKER).read_text())
+        record["files"]["notes.txt"] = true
+    elif how == "replayed":  # a mac copied from a real marker onto other content
+        record["mac"] = json.loads((c.pristine / "run" / ownership.MARKER).read_text())["mac"]
+    _marker(c.root / "o", **record)
+    return ["simulate", c.config(), "--out", str(c.root / "o")], [c.root / "o"]
+
+
+def _forged_then_adopted(c: Ctx):
+    argv, _ = _forged(c, "format-2")
+    notes = lhash(c.root / "o" / "notes.txt")
+
+    def moved_not_deleted():
+        (adopted,) = (c.root / "o").glob("adopted-*")
+        assert lhash(adopted / "notes.txt") == notes
+
+    c.checks.append(moved_not_deleted)
+    return [*argv, "--force-adopt"], []
+
+
+def _other_key(c: Ctx):
+    run = c.copy("run")  # signed with this user's key; then the key changes (another machine, HOME, container)
+    c.mp.setenv("XDG_CONFIG_HOME", str(c.root / "another-config"))
+    return ["simulate", c.config(), "--out", str(run)], [run]
+
+
+def _shared_key(c: Ctx, mode: int):
+    config = c.root / "config"
+    c.mp.setenv("XDG_CONFIG_HOME", str(config))
+    ownership._key()  # made on first use, 0600
+    assert stat.S_IMODE(os.stat(ownership.key_path()).st_mode) == 0o600
+    os.chmod(ownership.key_path(), mode)
+    return ["simulate", c.config(), "--out", str(c.root / "o")], [config]
+
+
 def _link(c: Ctx, link: Path, target: Path) -> Path:
     if os.path.lexists(link):
         shutil.rmtree(link) if link.is_dir() and not link.is_symlink() else link.unlink()
@@ -224,6 +286,39 @@ def _force_adopt(c: Ctx, argv_of):
     return argv, []
 
 
+def _adopt_refused(c: Ctx, how: str):
+    """Issue 51 finding 2: --force-adopt on what is not the user's own: refused, nothing moved."""
+    site = c.root / "site"
+    c.file("site/index.html", "<h1>my site</h1>\n")
+    if how == "parent-of-home":
+        site = Path(os.environ["HOME"]).parent
+    elif how == "current-folder-parent":
+        (site / "project").mkdir()
+        c.mp.chdir(site / "project")
+    elif how == "current-folder":
+        c.mp.chdir(site)
+    elif how in ("sticky", "world-writable"):
+        c.file("site/theirs/notes.txt")
+        site.chmod(0o1777 if how == "sticky" else 0o777)
+        c.checks.append(lambda: site.chmod(0o755))
+    elif how == "fifo":
+        os.mkfifo(site / "pipe")
+    elif how == "socket":
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(site / "s"))
+        c.checks.append(sock.close)
+    elif how == "other-user":
+        if os.getuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(c.file("site/sub/theirs.txt"), 4321, -1)
+    elif how == "mount-point":
+        real = os.path.ismount
+        c.mp.setattr(os.path, "ismount", lambda p: os.path.realpath(p) == os.path.realpath(site) or real(p))
+    return ["simulate", c.config(), "--out", str(site), "--force-adopt"], [site]
+
+
 def _kernel(c: Ctx, mode: int):
     cache = c.planted(c.root / "kernels", mode)
     return ["simulate", c.config(), "--out", str(c.root / "o")], ([cache] if mode & 0o022 else [])
@@ -253,14 +348,21 @@ CASES = [
     # --- finding 3: a marker is believed ----------------------------------------------------------
     Case("f3-hand-written-marker-naming-a-user-file", "marker believed",
          lambda c: (_marker(c.root / "o", kind="run", files=["notes.txt"]), ["simulate", c.config(), "--out", str(c.root / "o")])[1:]
-         + ([c.file("o/notes.txt")],), says="content hashes"),
+         + ([c.file("o/notes.txt")],), says="does not verify"),
     Case("f3-hand-written-marker-with-an-empty-list", "marker believed",
          lambda c: (_marker(c.root / "o", kind="run", files=[]), ["simulate", c.config(), "--out", str(c.root / "o")])[1:]
-         + ([c.file("o/config.json", "{}"), c.file("o/trajectory.png", "png")],), says="content hashes"),
+         + ([c.file("o/config.json", "{}"), c.file("o/trajectory.png", "png")],), says="does not verify"),
     Case("f3-marker-with-a-wrong-hash", "marker believed",
          lambda c: (_marker(c.root / "o", kind="run", format=2, files={"config.json": "0" * 64}, previous={}),
                     ["simulate", c.config(), "--out", str(c.root / "o")])[1:] + ([c.file("o/config.json", "{}")],), says="changed"),
-    Case("f3-marker-naming-a-path-outside", "marker believed", _f3_outside, says="content hashes"),
+    Case("f3-marker-naming-a-path-outside", "marker believed", _f3_outside, says="does not verify"),
+    # --- issue 51 finding 1: a marker anyone can write ---------------------------------------------
+    *(Case(f"k-forged-marker-{how}", "marker signed", lambda c, how=how: _forged(c, how), says="does not verify")
+      for how in ("format-2", "no-mac", "other-key", "edited", "replayed", "previous")),
+    Case("k-folder-signed-under-another-key", "marker signed", _other_key, says="another key"),
+    Case("k-old-format-adopted-with-force-adopt", "marker signed", _forged_then_adopted, code=0),
+    *(Case(f"k-key-readable-{mode:o}", "marker signed", lambda c, mode=mode: _shared_key(c, mode), says="can be read by others")
+      for mode in (0o640, 0o604)),
     # --- finding 4: export onto its own sources ---------------------------------------------------
     *(Case(f"f4-export-onto-the-{name.replace('.', '-')}", "export onto its sources",
            lambda c, name=name: (["sweep", "export", str(c.copy("swept")), "--format", "csv", "--out", str(c.root / "swept" / name)],
@@ -307,6 +409,10 @@ CASES = [
     # --- the way out: --force-adopt moves, never deletes -------------------------------------------
     Case("fa-reproduce-force-adopt", "force-adopt",
          lambda c: _force_adopt(c, lambda c: ["reproduce", "model-equivalence", "--quick", "--out", str(c.root / "site"), "--force-adopt"]), code=0),
+    *(Case(f"fa-refused-{how}", "force-adopt", lambda c, how=how: _adopt_refused(c, how), says=says)
+      for how, says in (("parent-of-home", "home folder"), ("current-folder-parent", "current folder"), ("current-folder", "current folder"),
+                        ("sticky", "sticky"), ("world-writable", "world-writable"), ("fifo", "pipe (a FIFO)"), ("socket", "s (a socket)"),
+                        ("other-user", "sub/theirs.txt (uid 4321)"), ("mount-point", "mount point"))),
     Case("fa-simulate-force-adopt", "force-adopt",
          lambda c: _force_adopt(c, lambda c: ["simulate", c.config(), "--out", str(c.root / "site"), "--force-adopt"]), code=0),
 ]  # fmt: skip
@@ -360,6 +466,17 @@ def test_ownership_case(case, pristine, tmp_path, monkeypatch, capsys):
         check()
 
 
+def test_force_adopt_prints_every_entry_it_moved_and_where(tmp_path, capsys):
+    site = tmp_path / "site"
+    for name in ("index.html", "notes.txt", "sub/a.txt"):
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(name)
+    ownership.claim(site, "run", "test", force_adopt=True)
+    (adopted,) = site.glob("adopted-*")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"adopted: moved {site / n} to {adopted / n}" for n in ("index.html", "notes.txt", "sub")]
+
+
 def test_the_table_covers_every_category():
     counts: dict[str, int] = {}
     for case in CASES:
@@ -373,6 +490,7 @@ def test_the_table_covers_every_category():
         "ledger",
         "links",
         "force-adopt",
+        "marker signed",
     }
     assert len(CASES) >= 35
 

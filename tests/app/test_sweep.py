@@ -267,6 +267,30 @@ def test_two_worker_local_cluster_equals_in_process(tmp_path):
         np.testing.assert_array_equal(da[name].values, db[name].values)
 
 
+@pytest.mark.slow
+def test_a_two_worker_sweep_folder_is_signed_by_the_driver_alone(tmp_path, monkeypatch):
+    """Issue 51 item 1: on Dask the driver is the only writer of the folder and its marker (the workers return
+    results; they never sign), so a 2-worker sweep leaves a marker that verifies under this user's key, and
+    status, export and a resumed run accept the folder; under another key they refuse it."""
+    from attndyn.app.cli import entry
+    from attndyn.workflow import ownership
+
+    path = write_sweep(tmp_path, GRID, 'measures = ["pair_fraction"]')
+    out = tmp_path / "dask"
+    assert sweep.run(path, out, workers=2).done == 3
+    marker = ownership._load(out)
+    assert marker is not None
+    assert marker["kind"] == "sweep"
+    assert set(marker["files"]) >= {"ledger.sqlite", "driver.lock"}
+    assert entry(["sweep", "status", str(out)]) == 0
+    assert entry(["sweep", "export", str(out), "--format", "csv"]) == 0
+    assert ownership._load(out) is not None
+    assert sweep.run(path, out, workers=2).done == 3
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "another"))  # another machine, HOME or container
+    assert ownership._load(out) is None
+    assert entry(["sweep", str(path), "--out", str(out), "--workers", "0"]) == 2  # a writer refuses it; status only reads
+
+
 def ledger_rows(folder):
     """The tasks' (status, attempts), and the stored results as (task id, position in the task), one entry per stored point."""
     db = sqlite3.connect(folder / sweep.LEDGER, isolation_level=None)

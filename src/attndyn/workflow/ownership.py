@@ -7,7 +7,13 @@ Every folder attndyn writes carries a marker, ``.attndyn.json``: its kind (``run
 ``claim-run``, ``checkpoint``, ``meanfield``, ``sweep``), the version and command that wrote it, and
 ``files``: every file attndyn wrote there with the SHA-256 of the bytes it wrote (``"folder"`` for a
 folder it made, ``"live"`` for the sweep's ledger and lock, which SQLite and the lock change in
-place), and ``previous``: what a rerun moved into ``.previous/``, with the same hashes.
+place), and ``previous``: what a rerun moved into ``.previous/``, with the same hashes; and ``mac``, an
+HMAC-SHA256 of all of that under the user's own secret (``$XDG_CONFIG_HOME/attndyn/marker.key``, made
+on first use with mode 0600, refused when anyone else can read it). A hash proves a file's content,
+not who wrote the marker: a marker that does not verify (hand-written, of the format before 0.4, or
+signed under another key: another machine, a changed HOME, a container) proves nothing, and its
+folder is a foreign one, adopted only with ``--force-adopt``. Only the process that claims a folder
+signs its marker: a sweep's driver, never its Dask workers (they return results to the driver).
 
 ``check(folder, kind)`` (and ``claim``, which then creates the folder and writes its marker) lets a
 command write into ``folder`` only when it does not exist, is empty, or carries a marker of the same
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import hmac
 import json
 import os
 import stat
@@ -48,7 +55,8 @@ from attndyn.core.errors import UserError
 
 MARKER = ".attndyn.json"
 PREVIOUS = ".previous"  # where a rerun moves the files of the run it replaces (one generation)
-FORMAT = 2  # 2: files recorded with their SHA-256 (1: a list of names, which proves nothing)
+FORMAT = 3  # 3: signed with the user's key; 2: files with their SHA-256 (anyone could write it); 1: names only
+KEY_NAME = "marker.key"  # the per-user secret markers are signed with, in the user's config folder
 FOLDER, LIVE = "folder", "live"
 # What each kind of folder holds, as names or glob patterns: a file of one of these names that the
 # marker does not record makes attndyn refuse the folder (it would be overwritten).
@@ -258,6 +266,53 @@ def open_live(owner: Owner, name: str, mode: str = "a+") -> IO[str]:
 # --- markers ------------------------------------------------------------------------------------
 
 
+def key_path() -> Path:
+    """Where the user's marker key lives: ``$XDG_CONFIG_HOME/attndyn/marker.key`` (``~/.config`` without it)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".config"  # the XDG rule: a relative value is ignored
+    return root / "attndyn" / KEY_NAME
+
+
+def _key() -> bytes:
+    """The user's secret (32 random bytes, hex), created on first use with mode 0600; OwnershipError when
+    it is a link, not a regular file, not the user's, readable by group or others, or damaged."""
+    path = key_path()
+    if not os.path.lexists(path):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            pass  # another attndyn process made it first: read theirs
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(os.urandom(32).hex() + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+    fix = f"remove it (attndyn makes a new one; folders signed with the old key then need --force-adopt) or chmod 600 {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        raise OwnershipError(f"attndyn's marker key {path} cannot be read ({err.strerror}); {fix}") from None
+    with os.fdopen(fd, "r") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OwnershipError(f"attndyn's marker key {path} is not a regular file; {fix}")
+        if st.st_uid != os.getuid():
+            raise OwnershipError(f"attndyn's marker key {path} belongs to another user (uid {st.st_uid}); {fix}")
+        if st.st_mode & 0o077:
+            raise OwnershipError(f"attndyn's marker key {path} can be read by others (mode {stat.S_IMODE(st.st_mode):04o}); {fix}")
+        text = fh.read(200).strip()
+    if len(text) != 64 or any(ch not in "0123456789abcdef" for ch in text):
+        raise OwnershipError(f"attndyn's marker key {path} is damaged (not 64 hex digits); {fix}")
+    return bytes.fromhex(text)
+
+
+def _mac(record: dict) -> str:
+    """The HMAC-SHA256 of a marker's content (canonical JSON, ``mac`` left out) under the user's key."""
+    body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(_key(), body.encode(), hashlib.sha256).hexdigest()
+
+
 @dataclass
 class Owner:
     """A folder claimed by one command: its kind, who wrote it, the files attndyn wrote there (their
@@ -330,6 +385,7 @@ class Owner:
             "files": dict(sorted(self.files.items())),
             "previous": dict(sorted(self.previous.items())),
         }
+        record["mac"] = _mac(record)
         _write_marker(self.folder, json.dumps(record, indent=1) + "\n")
 
 
@@ -373,6 +429,9 @@ def _load(folder: Path) -> dict | None:
         return None
     if data is None or data.get("format") != FORMAT:
         return None
+    mac = data.get("mac")
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac({k: v for k, v in data.items() if k != "mac"})):
+        return None  # written by hand, by another user, or under another key: it proves nothing
     files, previous = data.get("files"), data.get("previous", {})
     if not (isinstance(files, dict) and isinstance(previous, dict)):
         return None
@@ -422,7 +481,10 @@ def _disproof(folder: Path, kind: str) -> str | None:
         return f"is an attndyn {marker['kind']} folder, not a {kind} folder"
     proof = _load(folder)
     if proof is None:
-        return f"has a marker {MARKER} without the content hashes attndyn records (written by hand or by an attndyn before 0.3)"
+        return (
+            f"has a marker {MARKER} that does not verify under this user's attndyn key ({key_path()}): written by hand, by an"
+            " attndyn before 0.4, or under another key (another machine, a changed HOME, a container)"
+        )
     changed = []
     for rel, recorded in proof["files"].items():
         path = folder / rel
@@ -476,7 +538,12 @@ def check(folder: str | Path, kind: str, *, option: str = "--out", force_adopt: 
     if not folder.is_dir():
         return folder
     problem = _disproof(folder, kind)
-    if problem is None or (force_adopt and option == "--out"):
+    if problem is not None and force_adopt and option == "--out":
+        why = adopt_refusal(folder)
+        if why:
+            raise OwnershipError(f"--force-adopt refuses {raw!r}: {why}; name a new or empty folder")
+        return folder
+    if problem is None:
         return folder
     if problem.startswith("is an attndyn"):
         raise OwnershipError(f"{option} {raw!r} {problem}; name another folder")
@@ -499,9 +566,60 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", 
     return owner
 
 
+def adopt_refusal(folder: Path, limit: int = 100_000) -> str | None:
+    """Why ``--force-adopt`` may not move what ``folder`` holds, or None: it moves only the user's own
+    entries, so it refuses the home folder and any folder above it or above the current one, a mount
+    point, a folder that is sticky or world-writable (shared: others' files live there) or not the
+    user's, and a folder holding anything (at any depth, links not followed) not owned by the user,
+    or a socket, device or FIFO."""
+    resolved = Path(os.path.realpath(folder))
+    for what, place in (("the home folder", Path.home()), ("the current folder", Path.cwd())):
+        place = Path(os.path.realpath(place))
+        if resolved == place or resolved in place.parents:
+            return f"it is {what} or holds it ({place})"
+    if os.path.ismount(folder):
+        return "it is a mount point"
+    me = os.getuid()
+    st = os.lstat(folder)
+    if st.st_uid != me:
+        return f"it belongs to another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_ISVTX | stat.S_IWOTH):
+        return f"it is a shared folder (mode {stat.S_IMODE(st.st_mode):04o}: sticky or world-writable), where others' files live"
+    others, special, seen = [], [], 0
+    for root, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            seen += 1
+            if seen > limit:
+                return f"it holds more than {limit} entries; move them yourself"
+            path = os.path.join(root, name)
+            entry = os.lstat(path)
+            rel = os.path.relpath(path, folder)
+            if entry.st_uid != me:
+                others.append(f"{rel} (uid {entry.st_uid})")
+            kind = next(
+                (
+                    k
+                    for k, test in (("socket", stat.S_ISSOCK), ("device", stat.S_ISBLK), ("device", stat.S_ISCHR), ("FIFO", stat.S_ISFIFO))
+                    if test(entry.st_mode)
+                ),
+                None,
+            )
+            if kind:
+                special.append(f"{rel} (a {kind})")
+    if others:
+        return f"it holds entries that are not the user's: {_shown(others)}"
+    if special:
+        return f"it holds what is not a file, folder or link: {_shown(special)}"
+    return None
+
+
 def _adopt(folder: Path) -> Path:
     """Move every entry of ``folder`` (a marker and ``.previous/`` included) into a new dated folder
-    inside it; nothing is deleted, links are moved as links."""
+    inside it, printing each move; nothing is deleted, links are moved as links. OwnershipError
+    (nothing moved) when :func:`adopt_refusal` names a reason."""
+    why = adopt_refusal(folder)
+    if why:
+        raise OwnershipError(f"--force-adopt refuses {str(folder)!r}: {why}; name a new or empty folder")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = folder / f"adopted-{stamp}"
     k = 1
@@ -510,8 +628,9 @@ def _adopt(folder: Path) -> Path:
         target = folder / f"adopted-{stamp}-{k}"
     entries = [e for e in os.listdir(folder)]
     target.mkdir()
-    for entry in entries:
+    for entry in sorted(entries):
         os.rename(folder / entry, target / entry)
+        print(f"adopted: moved {folder / entry} to {target / entry}")
     return target
 
 
