@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
 
@@ -64,9 +65,31 @@ class Family:
     tied: str = "config"  # where tie_word_embeddings comes from
     fused: str = "none"  # "qkv", "qkv+gate_up"
     gated_ffn: bool = True
-    reader: str = "family"  # "llama" / "gpt2" (decoder_files), "family" (read_hf_family), "bert"
+    reader: str = "family"  # "files" (decoder_files.read_hf_llama), "family" (read_hf_family), "bert"
+    layout: str = "split"  # tensor layout: "split" (model.layers.*, q/k/v apart), "neox" (gpt_neox.layers.*, fused per head), "conv1d" (GPT-2)
+    norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (offset + w): 1.0, added in float64 when read (llama.cpp stores offset + w)
+    embed_scaled: bool = False  # the embeddings multiplied by sqrt(d) and a BOS token prepended (Gemma)
+    act_key: str = "hidden_act"  # the config key of the feed-forward activation
+    acts: tuple[tuple[str, str], ...] = (("silu", "silu"),)  # its accepted values (first: the default) and the decoder's names
+    gguf_qk_permuted: bool = False  # llama.cpp's converter reorders each head's query/key rows (LLaMA): undone when read
+    gguf_config: Callable[[dict], dict] | None = None  # hook: the config entries a GGUF file's metadata gives (beyond the common ones)
     gguf_as: str = ""  # the GGUF architecture llama.cpp writes this family as, when it is another family's
     example: str = ""
+
+    @property
+    def implements(self) -> frozenset[str]:
+        """The forward-changing config keys (:data:`FORWARD_KEYS`) this family's reader implements, from its traits."""
+        return frozenset(
+            key
+            for key, on in (
+                ("attention_bias", self.kind == "decoder" and (self.biases != "none" or self.layout == "split")),
+                ("use_parallel_residual", self.parallel_residual),
+                ("attn_logit_softcapping", self.softcap),
+                ("final_logit_softcapping", self.softcap),
+                ("sliding_window", self.sliding_window != "none"),
+            )
+            if on
+        )
 
     @property
     def twin(self) -> str | None:
@@ -89,10 +112,29 @@ class Family:
         return "; ".join(reasons) or None
 
 
+GEMMA_ACTS = (("gelu_pytorch_tanh", "gelu_tanh"),)
+GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
+
+
+def _gemma2_gguf_config(meta: dict) -> dict:
+    """Gemma 2's soft-caps and BOS from a GGUF file; its query scale, which the file does not store, is llama.cpp's rule."""
+    H, d = meta["heads"], meta["d"]
+    return {
+        "attn_logit_softcapping": meta.get("attn_softcap"),
+        "final_logit_softcapping": meta.get("final_softcap"),
+        "query_pre_attn_scalar": d / H if meta["layers"] == GEMMA2_27B_LAYERS else meta.get("head_dim") or d // H,
+        "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
+    }
+
+
+def _neox_gguf_config(meta: dict) -> dict:
+    return {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("llama", ("llama",), ("llama",), reader="llama", example="SmolLM2, Llama 3, TinyLlama"),
+        Family("llama", ("llama",), ("llama",), biases="optional", reader="files", gguf_qk_permuted=True, example="SmolLM2, Llama 3, TinyLlama"),
         Family("mistral", ("mistral",), sliding_window="all", gguf_as="llama", example="Mistral 7B"),
         Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
         Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
@@ -105,6 +147,11 @@ FAMILIES: dict[str, Family] = {
             softcap=True,
             sliding_window="alternating",
             tied="always",
+            norm_offset=1.0,
+            embed_scaled=True,
+            act_key="hidden_activation",
+            acts=GEMMA_ACTS,
+            gguf_config=_gemma2_gguf_config,
             example="Gemma 2",
         ),
         Family(
@@ -115,7 +162,11 @@ FAMILIES: dict[str, Family] = {
             sliding_window="pattern",
             qk_norm="head",
             tied="always",
-            reader="llama",
+            reader="files",
+            norm_offset=1.0,
+            embed_scaled=True,
+            act_key="hidden_activation",
+            acts=GEMMA_ACTS,
             example="Gemma 3 (270M, 1B)",
         ),
         Family(
@@ -129,6 +180,9 @@ FAMILIES: dict[str, Family] = {
             parallel_residual=True,
             fused="qkv",
             gated_ffn=False,
+            layout="neox",
+            acts=(("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh")),
+            gguf_config=_neox_gguf_config,
             example="Pythia, GPT-NeoX",
         ),
         Family(
@@ -141,7 +195,8 @@ FAMILIES: dict[str, Family] = {
             gqa=False,
             fused="qkv",
             gated_ffn=False,
-            reader="gpt2",
+            reader="files",
+            layout="conv1d",
             example="GPT-2, DistilGPT2",
         ),
         Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
@@ -192,6 +247,83 @@ def family_of_gguf(arch: object, *, where: str = "") -> Family:
     raise CheckpointError(f"{where}GGUF architecture {arch!r} is not supported; supported: {', '.join(gguf_architectures())}")
 
 
+# --- the configuration: every value typed where the row declares it, every forward-changing key refused unless implemented
+
+
+def _flag(key: str) -> Callable[[dict], bool]:
+    return lambda c: c.get(key) is True
+
+
+# config keys that change the forward pass when their *effective* value is on (not when merely present: published
+# Qwen2 configs carry sliding_window with use_sliding_window false, GPT-2's carry scale_attn_weights true), and
+# what they do; a family implements those :meth:`Family.implements` lists, any other one is refused by name
+FORWARD_KEYS: dict[str, tuple[str, Callable[[dict], bool]]] = {
+    "attention_bias": ("biases on the attention maps", _flag("attention_bias")),
+    "mlp_bias": ("biases on the feed-forward maps", _flag("mlp_bias")),
+    "qk_layernorm": ("LayerNorm of queries and keys", _flag("qk_layernorm")),
+    "use_qk_norm": ("a norm of queries and keys", _flag("use_qk_norm")),
+    "use_parallel_residual": ("a parallel residual", _flag("use_parallel_residual")),
+    "parallel_attn": ("a parallel residual", _flag("parallel_attn")),
+    "alibi": ("ALiBi position biases", _flag("alibi")),
+    "attn_logit_softcapping": ("soft-capped attention scores", lambda c: c.get("attn_logit_softcapping") is not None),
+    "final_logit_softcapping": ("soft-capped logits", lambda c: c.get("final_logit_softcapping") is not None),
+    "sliding_window": (
+        "a sliding attention window",
+        lambda c: c.get("sliding_window") is not None and c.get("use_sliding_window") is not False,
+    ),
+    "scale_attn_weights": ("unscaled attention scores", lambda c: c.get("scale_attn_weights") is False),
+    "scale_attn_by_inverse_layer_idx": ("scores scaled by the layer's index", _flag("scale_attn_by_inverse_layer_idx")),
+    "reorder_and_upcast_attn": ("upcast attention", _flag("reorder_and_upcast_attn")),
+}
+
+# every value a family's config declares, typed and bounded before any tensor is read or allocated
+CONFIG_SPEC = {
+    "num_attention_heads": fc.Int(1, fc.MAX_HEADS, required=False),
+    "num_key_value_heads": fc.Int(1, fc.MAX_HEADS, required=False),
+    "hidden_size": fc.Int(1, fc.MAX_WIDTH, required=False),
+    "head_dim": fc.Int(1, fc.MAX_WIDTH, required=False),
+    "intermediate_size": fc.Int(1, fc.MAX_WIDTH, required=False),
+    "num_hidden_layers": fc.Int(1, fc.MAX_LAYERS, required=False),
+    "vocab_size": fc.Int(1, fc.MAX_VOCAB, required=False),
+    "max_position_embeddings": fc.Int(1, fc.MAX_CONTEXT, required=False),
+    "sliding_window": fc.Int(1, fc.MAX_CONTEXT, required=False),
+    "max_window_layers": fc.Int(0, fc.MAX_LAYERS, required=False),
+    "rms_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
+    "layer_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
+    "rope_theta": fc.Real(above=0.0, required=False),
+    "partial_rotary_factor": fc.Real(above=0.0, hi=1.0, required=False),
+    "rotary_pct": fc.Real(above=0.0, hi=1.0, required=False),
+    "attn_logit_softcapping": fc.Real(above=0.0, required=False),
+    "final_logit_softcapping": fc.Real(above=0.0, required=False),
+    "query_pre_attn_scalar": fc.Real(above=0.0, required=False),
+} | {
+    key: fc.Flag()
+    for key in (
+        "tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "qk_layernorm", "use_qk_norm",
+        "use_parallel_residual", "parallel_attn", "alibi", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+        "reorder_and_upcast_attn",
+    )
+}  # fmt: skip
+
+
+def check_config(fam: Family, config: dict, where: str) -> None:
+    """Refuse, naming the key, a config value of the wrong type or out of range (:data:`CONFIG_SPEC`), a
+    ``rope_scaling`` / ``rope_parameters`` that is not a mapping, and a forward-changing key
+    (:data:`FORWARD_KEYS`) whose effective value is on while ``fam`` does not implement it."""
+    where = where.rstrip(": ")
+    fc.typed(config, CONFIG_SPEC, where)
+    for key in ("rope_scaling", "rope_parameters"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise CheckpointError(f"{where}: {key} = {config[key]!r} is not a mapping (only a mapping of the default RoPE is read)")
+    for key, (what, on) in FORWARD_KEYS.items():
+        if on(config) and key not in fam.implements:
+            supported = ", ".join(sorted(fam.implements)) or "none of them"
+            raise CheckpointError(
+                f"{where}: {key} = {config[key]!r} ({what}) is not implemented for the {fam.name} family "
+                f"(of the forward-changing keys it implements: {supported})"
+            )
+
+
 def twin_refusal(decoder: Decoder) -> str | None:
     """Why the particle twin is not offered for ``decoder`` (one line), or None."""
     fam = FAMILIES.get(decoder.arch)
@@ -233,9 +365,9 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     folder = Path(folder)
     config = read_config(folder)
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
-    biased_llama = fam.name == "llama" and (config.get("attention_bias") or config.get("mlp_bias"))
-    if fam.reader in ("llama", "gpt2") and not biased_llama:
-        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2, unchanged
+    check_config(fam, config, f"{folder}/config.json: ")
+    if fam.reader == "files" and not _files_reader_lacks(config):
+        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
@@ -258,6 +390,15 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=tokenizer, lazy=lazy)
 
 
+def _files_reader_lacks(config: dict) -> bool:
+    """Options a family implements that :func:`~attndyn.models.decoder_files.read_hf_llama` does not: biases on the
+    attention maps, a query scale other than the head dimension's (Gemma 3); such folders take :func:`read_hf_family`."""
+    H, d = config.get("num_attention_heads"), config.get("hidden_size")
+    hd = config.get("head_dim") or (d // H if isinstance(d, int) and isinstance(H, int) and H > 0 else None)
+    scalar = config.get("query_pre_attn_scalar")
+    return config.get("attention_bias") is True or (scalar is not None and hd is not None and float(scalar) != float(hd))
+
+
 def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     """A loaded ``transformers`` causal LM (``PreTrainedModel``) as a :class:`Decoder`, reading its
     parameters in place (no copy: the forward pass casts one layer at a time). ``tokenizer``: a
@@ -267,7 +408,7 @@ def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     params = {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
     tok = getattr(tokenizer, "backend_tokenizer", tokenizer)
     name = str(config.get("_name_or_path") or type(model).__name__)
-    if fam.name == "gpt2":
+    if fam.layout == "conv1d":
         from attndyn.models.decoder_files import _gpt2
 
         dec = _gpt2(Path(name), config, {k: v.cpu().numpy() for k, v in params.items()})
@@ -315,7 +456,8 @@ def read_hf_family(
         return t
 
     try:
-        if fam.name == "gpt_neox":
+        check_config(fam, config, where)
+        if fam.layout == "neox":
             return _gpt_neox(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
         return _llama_like(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
     except (KeyError, TypeError) as err:
@@ -353,12 +495,13 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     d = int(config["hidden_size"])
     hd = int(config.get("head_dim") or d // H)
     L = int(config["num_hidden_layers"])
-    gemma = fam.name in ("gemma2", "gemma3")
-    if config.get("mlp_bias"):
-        raise CheckpointError(f"{where}mlp_bias = true is not supported by the forward pass")
-    act = _check_act(config, where, "hidden_activation" if gemma else "hidden_act", {"gelu_pytorch_tanh": "gelu_tanh"} if gemma else {"silu": "silu"})
+    act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, per_type = _rope(config, where)
-    plus = 1.0 if gemma else 0.0  # Gemma's RMSNorm multiplies by 1 + w
+    plus = fam.norm_offset
+
+    def fold(t: torch.Tensor) -> torch.Tensor:
+        """A norm weight with the row's offset added in float64 (exact for a bf16/fp16/f32 weight), or as it is."""
+        return t.to(torch.float64) + plus if plus else t
 
     def layer(k: int) -> DecoderLayer:
         p = f"model.layers.{k}."
@@ -381,16 +524,16 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
             }
         elif fam.norm_placement == "sandwich":
             norms = {
-                "attn_norm": need(p + "input_layernorm.weight") + plus,
-                "ffn_norm": need(p + "pre_feedforward_layernorm.weight") + plus,
-                "post_attn_norm": need(p + "post_attention_layernorm.weight") + plus,
-                "post_ffn_norm": need(p + "post_feedforward_layernorm.weight") + plus,
+                "attn_norm": fold(need(p + "input_layernorm.weight")),
+                "ffn_norm": fold(need(p + "pre_feedforward_layernorm.weight")),
+                "post_attn_norm": fold(need(p + "post_attention_layernorm.weight")),
+                "post_ffn_norm": fold(need(p + "post_feedforward_layernorm.weight")),
             }
         else:
             norms = {"attn_norm": need(p + "input_layernorm.weight"), "ffn_norm": need(p + "post_attention_layernorm.weight")}
         if fam.qk_norm != "none":
-            norms["q_norm"] = need(p + "self_attn.q_norm.weight") + plus
-            norms["k_norm"] = need(p + "self_attn.k_norm.weight") + plus
+            norms["q_norm"] = fold(need(p + "self_attn.q_norm.weight"))
+            norms["k_norm"] = fold(need(p + "self_attn.k_norm.weight"))
         biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") for m in "qkvo"}
         if fam.biases == "qkv" and any(biases[f"b_{m}"] is None for m in "qkv"):
             raise CheckpointError(f"{where}the tensor {p + 'self_attn.q_proj.bias'!r} (or k, v) is missing")
@@ -415,7 +558,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     if per_type is not None:  # Gemma: a base per layer type
         types = config.get("layer_types") or ["full_attention"] * L
         extra["rope_bases"] = tuple(float(per_type.get(t, per_type.get("full_attention", {})).get("rope_theta", base)) for t in types)
-    if gemma:
+    if fam.embed_scaled:
         extra |= {"embed_scale": d**0.5, "bos_id": config.get("bos_token_id"), "add_bos": config.get("bos_token_id") is not None}
         scalar = config.get("query_pre_attn_scalar")
         if scalar is not None and float(scalar) != float(hd):
@@ -423,11 +566,9 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     if fam.softcap:
         extra["attn_softcap"] = config.get("attn_logit_softcapping")
         extra["final_softcap"] = config.get("final_logit_softcapping")
-    elif config.get("attn_logit_softcapping") or config.get("final_logit_softcapping"):
-        raise CheckpointError(f"{where}soft-capping is not part of the {fam.name} family's forward pass")
     rotary_dim = int(hd * fraction)
     return Decoder(
-        name, source, embed, layers, need("model.norm.weight") + plus, head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
+        name, source, embed, layers, fold(need("model.norm.weight")), head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
         arch=fam.name, activation=act, windows=windows, rotary_dim=None if rotary_dim == hd else rotary_dim,
         pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full",
         context=config.get("max_position_embeddings"), **extra,
@@ -442,7 +583,7 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     if d % H:
         raise CheckpointError(f"{where}hidden_size = {d} does not split into num_attention_heads = {H} heads")
     hd = d // H
-    act = _check_act(config, where, "hidden_act", {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"})
+    act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, _ = _rope(config, where)
 
     def layer(k: int) -> DecoderLayer:
@@ -470,7 +611,7 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     rotary_dim = int(hd * fraction)
     return Decoder(
         name, source, embed, layers, need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
-        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch="gpt_neox", activation=act, norm_kind="layer",
+        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch=fam.name, activation=act, norm_kind="layer",
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
         parallel_residual=bool(config.get("use_parallel_residual", True)), context=config.get("max_position_embeddings"),
     )  # fmt: skip
@@ -585,9 +726,6 @@ def gguf_name(hf: str, family: str = "llama") -> str | None:
     return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
 
 
-GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
-
-
 def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
     """A GGUF file of a registry family other than llama and gemma3, from its dequantized tensors and
     metadata, its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
@@ -601,7 +739,7 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
     epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
     is llama.cpp's rule."""
     fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
-    if fam.name == "gpt2":
+    if fam.layout == "conv1d":
         return gpt2_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
     H, d = meta["heads"], meta["d"]
     hd = meta.get("head_dim") or d // H
@@ -625,27 +763,19 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
         config["partial_rotary_factor"] = rope_dims / hd
         if int(hd * config["partial_rotary_factor"]) != rope_dims:
             raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not a fraction of {hd} the reader can represent")
-    if fam.name == "gpt_neox":
-        config |= {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
+    if fam.gguf_config is not None:
+        config |= fam.gguf_config(meta)
     if fam.sliding_window != "none" and meta.get("window"):
         config["sliding_window"] = meta["window"]
-    if fam.name == "gemma2":
-        scalar = d / H if meta["layers"] == GEMMA2_27B_LAYERS else hd
-        config |= {
-            "attn_logit_softcapping": meta.get("attn_softcap"),
-            "final_logit_softcapping": meta.get("final_softcap"),
-            "query_pre_attn_scalar": scalar,
-            "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
-        }
 
     def get(name: str) -> torch.Tensor | None:
         g = gguf_name(name, fam.name)
         if g is None or g not in arrays:
             return None
         a = np.asarray(arrays[g], dtype=np.float32)
-        if fam.name == "gemma2" and name.endswith("norm.weight"):  # stored as 1 + w
-            return torch.from_numpy(a.astype(np.float64)) - 1.0
-        if fam.name == "gpt_neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
+        if fam.norm_offset and name.endswith("norm.weight"):  # stored as offset + w
+            return torch.from_numpy(a.astype(np.float64)) - fam.norm_offset
+        if fam.layout == "neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
             a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
         return torch.from_numpy(a.copy())
 
