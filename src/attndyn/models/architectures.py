@@ -535,7 +535,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
             norms["q_norm"] = fold(need(p + "self_attn.q_norm.weight"))
             norms["k_norm"] = fold(need(p + "self_attn.k_norm.weight"))
         biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") for m in "qkvo"}
-        if fam.biases == "qkv" and any(biases[f"b_{m}"] is None for m in "qkv"):
+        if (fam.biases == "qkv" or config.get("attention_bias") is True) and any(biases[f"b_{m}"] is None for m in "qkv"):
             raise CheckpointError(f"{where}the tensor {p + 'self_attn.q_proj.bias'!r} (or k, v) is missing")
         return DecoderLayer(
             W_q=W_q,
