@@ -587,3 +587,42 @@ def test_config_values_are_checked_where_the_row_declares_them(tmp_path, family,
     (folder / "config.json").write_text(json.dumps(config | change))
     with pytest.raises(CheckpointError, match=match):
         load_decoder(folder)
+
+
+# --- from_transformers refuses what it cannot read; a non-finite forward names its layer (issue 51 item 6) ---
+
+
+def test_from_transformers_refuses_non_models_meta_quantized_and_half_loaded(tmp_path):
+    import attndyn.models
+
+    model, _ = tiny("qwen2", tmp_path)
+    with pytest.raises(CheckpointError, match="not a loaded transformers model"):
+        attndyn.models.from_transformers(object())
+    with pytest.raises(CheckpointError, match="not a loaded transformers model"):
+        attndyn.models.from_transformers(torch.nn.Linear(2, 2))
+    with torch.device("meta"):
+        on_meta = type(model)(model.config)
+    with pytest.raises(CheckpointError, match="meta device"):
+        attndyn.models.from_transformers(on_meta)
+    half = type(model)(model.config).float()
+    half.model.layers[1].mlp.down_proj.to("meta")  # half-loaded: one module never received its weights
+    with pytest.raises(CheckpointError, match=r"model\.layers\.1\.mlp\.down_proj\.weight.*meta device"):
+        attndyn.models.from_transformers(half)
+    import warnings
+
+    with warnings.catch_warnings():  # torch deprecates its eager quantization in favour of torchao; still how such models are made
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(model.float(), {torch.nn.Linear}, dtype=torch.qint8)
+    with pytest.raises(CheckpointError, match="quantized"):
+        attndyn.models.from_transformers(quantized)
+
+
+def test_a_non_finite_forward_names_its_layer(tmp_path):
+    import attndyn.models
+
+    model, _ = tiny("llama", tmp_path)
+    with torch.no_grad():  # finite weights whose scores overflow float64 in layer 1: the softmax gives NaN
+        model.model.layers[1].self_attn.q_proj.weight.mul_(1e160)
+        model.model.layers[1].self_attn.k_proj.weight.mul_(1e160)
+    with pytest.raises(CheckpointError, match="after layer 1 is not finite"):
+        forward(attndyn.models.from_transformers(model), IDS)

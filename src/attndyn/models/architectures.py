@@ -403,9 +403,20 @@ def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     """A loaded ``transformers`` causal LM (``PreTrainedModel``) as a :class:`Decoder`, reading its
     parameters in place (no copy: the forward pass casts one layer at a time). ``tokenizer``: a
     ``transformers`` fast tokenizer or a ``tokenizers.Tokenizer`` (its backend is kept)."""
+    what = type(model).__name__
+    if not callable(getattr(getattr(model, "config", None), "to_dict", None)) or not callable(getattr(model, "state_dict", None)):
+        raise CheckpointError(f"a {what} is not a loaded transformers model (a PreTrainedModel with a config and a state_dict)")
     config = model.config.to_dict()
-    fam = family_of_model_type(config.get("model_type"), where=f"{type(model).__name__}: ")
-    params = {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
+    fam = family_of_model_type(config.get("model_type"), where=f"{what}: ")
+    params = {k: v.detach() for k, v in model.state_dict(keep_vars=True).items() if isinstance(v, torch.Tensor)}
+    for key, t in params.items():
+        if t.is_meta:
+            raise CheckpointError(f"{what}: the tensor {key!r} is on the meta device (a model loaded without its weights, or half-loaded)")
+        if not t.is_floating_point() or t.is_quantized:
+            raise CheckpointError(f"{what}: the tensor {key!r} has dtype {t.dtype}; quantized or integer weights are not read (give the float model)")
+    packed = [k for k in model.state_dict() if "_packed_params" in k]
+    if packed:
+        raise CheckpointError(f"{what}: {packed[0]!r} belongs to a quantized module; quantized models are not read (give the float model)")
     tok = getattr(tokenizer, "backend_tokenizer", tokenizer)
     name = str(config.get("_name_or_path") or type(model).__name__)
     if fam.layout == "conv1d":
