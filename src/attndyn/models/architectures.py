@@ -82,7 +82,7 @@ class Family:
         return frozenset(
             key
             for key, on in (
-                ("attention_bias", self.kind == "decoder" and (self.biases != "none" or self.layout == "split")),
+                ("attention_bias", self.kind == "decoder" and self.biases in ("optional", "all")),
                 ("use_parallel_residual", self.parallel_residual),
                 ("attn_logit_softcapping", self.softcap),
                 ("final_logit_softcapping", self.softcap),
@@ -137,13 +137,14 @@ FAMILIES: dict[str, Family] = {
         Family("llama", ("llama",), ("llama",), biases="optional", reader="files", gguf_qk_permuted=True, example="SmolLM2, Llama 3, TinyLlama"),
         Family("mistral", ("mistral",), sliding_window="all", gguf_as="llama", example="Mistral 7B"),
         Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
-        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
-        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", example="OLMo-2"),
+        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", biases="optional", example="Qwen3"),
+        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", biases="optional", example="OLMo-2"),
         Family(
             "gemma2",
             ("gemma2",),
             ("gemma2",),
             norm_placement="sandwich",
+            biases="optional",
             softcap=True,
             sliding_window="alternating",
             tied="always",
@@ -161,6 +162,7 @@ FAMILIES: dict[str, Family] = {
             norm_placement="sandwich",
             sliding_window="pattern",
             qk_norm="head",
+            biases="optional",
             tied="always",
             reader="files",
             norm_offset=1.0,
@@ -306,6 +308,42 @@ CONFIG_SPEC = {
 }  # fmt: skip
 
 
+# what each tensor layout's reader reads: a row claiming another value of one of these traits is refused by name
+_FUSED_LN = {"norm_placement": ("pre",), "qk_norm": ("none",), "gated_ffn": (False,), "norm_offset": (0.0,), "embed_scaled": (False,),
+             "gqa": (False,), "sliding_window": ("none",), "softcap": (False,)}  # fmt: skip
+LAYOUT_READS: dict[str, dict[str, tuple]] = {
+    "split": {"fused": ("none", "qkv+gate_up"), "rotary": ("full", "partial")},
+    "neox": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("full", "partial")},
+    "conv1d": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("learned",), "reader": ("files",)},
+}
+# the rows decoder_files.read_hf_llama reads (LLaMA, Gemma 3); a "files" row with other traits takes read_hf_family
+FILES_READS = (
+    {"biases": "optional", "norm": "rms", "norm_placement": "pre", "qk_norm": "none", "norm_offset": 0.0, "embed_scaled": False, "softcap": False,
+     "sliding_window": "none", "fused": "none", "gated_ffn": True, "parallel_residual": False, "rotary": "full", "gqa": True,
+     "tied": "config", "acts": (("silu", "silu"),), "act_key": "hidden_act"},
+    {"biases": "optional", "norm": "rms", "norm_placement": "sandwich", "qk_norm": "head", "norm_offset": 1.0, "embed_scaled": True, "softcap": False,
+     "sliding_window": "pattern", "fused": "none", "gated_ffn": True, "parallel_residual": False, "rotary": "full", "gqa": True,
+     "tied": "always", "acts": (("gelu_pytorch_tanh", "gelu_tanh"),), "act_key": "hidden_activation"},
+)  # fmt: skip
+
+
+def check_layout(fam: Family) -> None:
+    """Refuse a row whose traits its layout's reader does not read (:data:`LAYOUT_READS`), naming the trait."""
+    if fam.layout not in LAYOUT_READS:
+        raise CheckpointError(f"the {fam.name} row: layout {fam.layout!r} is not one of {', '.join(LAYOUT_READS)}")
+    for trait, allowed in LAYOUT_READS[fam.layout].items():
+        if getattr(fam, trait) not in allowed:
+            raise CheckpointError(
+                f"the {fam.name} row: {trait} = {getattr(fam, trait)!r} is not read in the {fam.layout} layout "
+                f"(it reads {', '.join(map(repr, allowed))})"
+            )
+
+
+def files_reader_reads(fam: Family) -> bool:
+    """Whether :func:`~attndyn.models.decoder_files.read_hf_llama` reads every trait of ``fam`` as the row says."""
+    return fam.reader == "files" and (fam.layout == "conv1d" or any(all(getattr(fam, k) == v for k, v in p.items()) for p in FILES_READS))
+
+
 def check_config(fam: Family, config: dict, where: str) -> None:
     """Refuse, naming the key, a config value of the wrong type or out of range (:data:`CONFIG_SPEC`), a
     ``rope_scaling`` / ``rope_parameters`` that is not a mapping, and a forward-changing key
@@ -365,8 +403,9 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     folder = Path(folder)
     config = read_config(folder)
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
+    check_layout(fam)
     check_config(fam, config, f"{folder}/config.json: ")
-    if fam.reader == "files" and not _files_reader_lacks(config):
+    if files_reader_reads(fam) and not _files_reader_lacks(config):
         return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -467,6 +506,7 @@ def read_hf_family(
         return t
 
     try:
+        check_layout(fam)
         check_config(fam, config, where)
         if fam.layout == "neox":
             return _gpt_neox(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
@@ -491,6 +531,18 @@ def _windows(fam: Family, config: dict, L: int) -> tuple[int | None, ...] | None
     return (int(w),) * L
 
 
+def _check_shape(fam: Family, where: str, H: int, KV: int, fraction: float) -> None:
+    """The row's grouped-query and rotary traits against the config: refused, naming the key, when the row lacks them."""
+    if KV != H and not fam.gqa:
+        raise CheckpointError(
+            f"{where}num_key_value_heads = {KV} differs from num_attention_heads = {H}; the {fam.name} family has no grouped-query attention"
+        )
+    if fraction != 1.0 and fam.rotary != "partial":
+        raise CheckpointError(f"{where}a partial rotary fraction {fraction:g} is not part of the {fam.name} family (its rotary is {fam.rotary!r})")
+    if fam.rotary == "learned":
+        raise CheckpointError(f"{where}learned positions are read only in the conv1d layout (GPT-2), not {fam.layout!r}")
+
+
 def _check_act(config: dict, where: str, key: str, allowed: dict[str, str]) -> str:
     act = config.get(key) or next(iter(allowed))
     if act not in allowed:
@@ -508,6 +560,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     L = int(config["num_hidden_layers"])
     act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, per_type = _rope(config, where)
+    _check_shape(fam, where, H, KV, fraction)
     plus = fam.norm_offset
 
     def fold(t: torch.Tensor) -> torch.Tensor:
@@ -521,10 +574,10 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
             W_q, W_k, W_v = qkv[: H * hd], qkv[H * hd : (H + KV) * hd], qkv[(H + KV) * hd :]
             gu = need(p + "mlp.gate_up_proj.weight")
             f2 = gu.shape[0] // 2
-            gate, up = gu[:f2], gu[f2:]
+            gate, up = (gu[:f2], gu[f2:]) if fam.gated_ffn else (None, gu)
         else:
             W_q, W_k, W_v = (need(p + f"self_attn.{m}_proj.weight") for m in "qkv")
-            gate, up = need(p + "mlp.gate_proj.weight"), need(p + "mlp.up_proj.weight")
+            gate, up = need(p + "mlp.gate_proj.weight") if fam.gated_ffn else None, need(p + "mlp.up_proj.weight")
         ones = torch.ones(d, dtype=W_q.dtype)
         if fam.norm_placement == "post":  # OLMo-2: norms after the sub-layers only
             norms = {
@@ -545,7 +598,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
         if fam.qk_norm != "none":
             norms["q_norm"] = fold(need(p + "self_attn.q_norm.weight"))
             norms["k_norm"] = fold(need(p + "self_attn.k_norm.weight"))
-        biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") for m in "qkvo"}
+        biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") if fam.biases != "none" else None for m in "qkvo"}
         if (fam.biases == "qkv" or config.get("attention_bias") is True) and any(biases[f"b_{m}"] is None for m in "qkv"):
             raise CheckpointError(f"{where}the tensor {p + 'self_attn.q_proj.bias'!r} (or k, v) is missing")
         return DecoderLayer(
@@ -581,7 +634,8 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     return Decoder(
         name, source, embed, layers, fold(need("model.norm.weight")), head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
         arch=fam.name, activation=act, windows=windows, rotary_dim=None if rotary_dim == hd else rotary_dim,
-        pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full",
+        pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full", norm_kind=fam.norm,
+        parallel_residual=fam.parallel_residual,
         context=config.get("max_position_embeddings"), **extra,
     )  # fmt: skip
 
@@ -594,6 +648,7 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     if d % H:
         raise CheckpointError(f"{where}hidden_size = {d} does not split into num_attention_heads = {H} heads")
     hd = d // H
+    _check_shape(fam, where, H, int(config.get("num_key_value_heads") or H), _rope(config, where)[1])
     act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, _ = _rope(config, where)
 
@@ -617,14 +672,16 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     embed = need("gpt_neox.embed_in.weight")
     # the files call the head embed_out; a live model of transformers 5 calls it lm_head
     head = (
-        embed if config.get("tie_word_embeddings") else (get("embed_out.weight") if get("embed_out.weight") is not None else need("lm_head.weight"))
+        embed
+        if fam.tied == "always" or config.get("tie_word_embeddings")
+        else (get("embed_out.weight") if get("embed_out.weight") is not None else need("lm_head.weight"))
     )
     rotary_dim = int(hd * fraction)
     return Decoder(
         name, source, embed, layers, need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
-        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch=fam.name, activation=act, norm_kind="layer",
+        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch=fam.name, activation=act, norm_kind=fam.norm,
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
-        parallel_residual=bool(config.get("use_parallel_residual", True)), context=config.get("max_position_embeddings"),
+        parallel_residual=bool(config.get("use_parallel_residual", fam.parallel_residual)), context=config.get("max_position_embeddings"),
     )  # fmt: skip
 
 
