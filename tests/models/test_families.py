@@ -356,7 +356,7 @@ def test_from_transformers_equals_the_folder_for_every_family(tmp_path, family):
 def write_gguf(model, path, arch):
     """The tiny model as llama.cpp's converter writes a NEOX-RoPE family (no query/key reordering): F32 tensors, GGUF names."""
     gguf = pytest.importorskip("gguf")
-    from attndyn.models.architectures import gguf_name
+    from attndyn.models.family_gguf import gguf_name
 
     cfg = model.config
     w = gguf.GGUFWriter(str(path), arch)
@@ -548,7 +548,8 @@ PUBLISHED = {
 
 @pytest.mark.parametrize("repo", list(PUBLISHED))
 def test_published_configs_pass_the_row_s_checks_and_a_foreign_key_is_refused(repo):
-    from attndyn.models.architectures import check_config, family_of_model_type
+    from attndyn.models.architectures import family_of_model_type
+    from attndyn.models.family_checks import check_config
 
     config = PUBLISHED[repo]
     fam = family_of_model_type(config["model_type"])

@@ -14,20 +14,19 @@ Contract
 * ``read_folder(folder)``: a Hugging Face folder (``config.json`` + ``*.safetensors``, sharded or not);
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
-* ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
-  ``qwen3``, ``olmo2``, ``gemma2``, ``gptneox``, ``phi3``), its tensors renamed from llama.cpp's names
-  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is;
-  ``gpt2`` by :func:`gpt2_from_gguf` (its layout is already the decoder's).
-  Mistral has no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
+* GGUF files of the families other than llama and gemma3: :mod:`attndyn.models.family_gguf`
+  (llama.cpp's names per family, what its converter changed undone, read as a folder is). Mistral has
+  no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
+* The checks of a row and its config before any tensor is read: :mod:`attndyn.models.family_checks`
+  (typed values, the shared list of forward-changing keys, the traits each layout reads).
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
 * ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
 
-The llama, gemma3 and gpt2 folders are read by :mod:`attndyn.models.decoder_files` as before; the
-other families by :func:`read_hf_family` here. Each reader refuses, with one sentence naming the
-key, a configuration option the forward pass does not implement (scaled RoPE, a non-default
-activation, ...). The BERT-family encoders are listed (``kind="encoder"``) and read by
-:mod:`attndyn.models.bert`.
+Every reader reads the row (no reader tests a family's name): the folder reader of
+:mod:`attndyn.models.decoder_files` takes the rows whose traits it reads (LLaMA, Gemma 3, GPT-2), every
+other row and option goes to :func:`read_hf_family` here. The BERT-family encoders are listed
+(``kind="encoder"``) and read by :mod:`attndyn.models.bert`.
 """
 
 from __future__ import annotations
@@ -37,12 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
+from attndyn.models.family_checks import check_config, check_layout, files_reader_reads
 
 
 @dataclass(frozen=True)
@@ -247,119 +245,6 @@ def family_of_gguf(arch: object, *, where: str = "") -> Family:
         if arch in f.gguf_archs:
             return f
     raise CheckpointError(f"{where}GGUF architecture {arch!r} is not supported; supported: {', '.join(gguf_architectures())}")
-
-
-# --- the configuration: every value typed where the row declares it, every forward-changing key refused unless implemented
-
-
-def _flag(key: str) -> Callable[[dict], bool]:
-    return lambda c: c.get(key) is True
-
-
-# config keys that change the forward pass when their *effective* value is on (not when merely present: published
-# Qwen2 configs carry sliding_window with use_sliding_window false, GPT-2's carry scale_attn_weights true), and
-# what they do; a family implements those :meth:`Family.implements` lists, any other one is refused by name
-FORWARD_KEYS: dict[str, tuple[str, Callable[[dict], bool]]] = {
-    "attention_bias": ("biases on the attention maps", _flag("attention_bias")),
-    "mlp_bias": ("biases on the feed-forward maps", _flag("mlp_bias")),
-    "qk_layernorm": ("LayerNorm of queries and keys", _flag("qk_layernorm")),
-    "use_qk_norm": ("a norm of queries and keys", _flag("use_qk_norm")),
-    "use_parallel_residual": ("a parallel residual", _flag("use_parallel_residual")),
-    "parallel_attn": ("a parallel residual", _flag("parallel_attn")),
-    "alibi": ("ALiBi position biases", _flag("alibi")),
-    "attn_logit_softcapping": ("soft-capped attention scores", lambda c: c.get("attn_logit_softcapping") is not None),
-    "final_logit_softcapping": ("soft-capped logits", lambda c: c.get("final_logit_softcapping") is not None),
-    "sliding_window": (
-        "a sliding attention window",
-        lambda c: c.get("sliding_window") is not None and c.get("use_sliding_window") is not False,
-    ),
-    "scale_attn_weights": ("unscaled attention scores", lambda c: c.get("scale_attn_weights") is False),
-    "scale_attn_by_inverse_layer_idx": ("scores scaled by the layer's index", _flag("scale_attn_by_inverse_layer_idx")),
-    "reorder_and_upcast_attn": ("upcast attention", _flag("reorder_and_upcast_attn")),
-}
-
-# every value a family's config declares, typed and bounded before any tensor is read or allocated
-CONFIG_SPEC = {
-    "num_attention_heads": fc.Int(1, fc.MAX_HEADS, required=False),
-    "num_key_value_heads": fc.Int(1, fc.MAX_HEADS, required=False),
-    "hidden_size": fc.Int(1, fc.MAX_WIDTH, required=False),
-    "head_dim": fc.Int(1, fc.MAX_WIDTH, required=False),
-    "intermediate_size": fc.Int(1, fc.MAX_WIDTH, required=False),
-    "num_hidden_layers": fc.Int(1, fc.MAX_LAYERS, required=False),
-    "vocab_size": fc.Int(1, fc.MAX_VOCAB, required=False),
-    "max_position_embeddings": fc.Int(1, fc.MAX_CONTEXT, required=False),
-    "sliding_window": fc.Int(1, fc.MAX_CONTEXT, required=False),
-    "max_window_layers": fc.Int(0, fc.MAX_LAYERS, required=False),
-    "rms_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
-    "layer_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
-    "rope_theta": fc.Real(above=0.0, required=False),
-    "partial_rotary_factor": fc.Real(above=0.0, hi=1.0, required=False),
-    "rotary_pct": fc.Real(above=0.0, hi=1.0, required=False),
-    "attn_logit_softcapping": fc.Real(above=0.0, required=False),
-    "final_logit_softcapping": fc.Real(above=0.0, required=False),
-    "query_pre_attn_scalar": fc.Real(above=0.0, required=False),
-} | {
-    key: fc.Flag()
-    for key in (
-        "tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "qk_layernorm", "use_qk_norm",
-        "use_parallel_residual", "parallel_attn", "alibi", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-        "reorder_and_upcast_attn",
-    )
-}  # fmt: skip
-
-
-# what each tensor layout's reader reads: a row claiming another value of one of these traits is refused by name
-_FUSED_LN = {"norm_placement": ("pre",), "qk_norm": ("none",), "gated_ffn": (False,), "norm_offset": (0.0,), "embed_scaled": (False,),
-             "gqa": (False,), "sliding_window": ("none",), "softcap": (False,)}  # fmt: skip
-LAYOUT_READS: dict[str, dict[str, tuple]] = {
-    "split": {"fused": ("none", "qkv+gate_up"), "rotary": ("full", "partial")},
-    "neox": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("full", "partial")},
-    "conv1d": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("learned",), "reader": ("files",)},
-}
-# the rows decoder_files.read_hf_llama reads (LLaMA, Gemma 3); a "files" row with other traits takes read_hf_family
-FILES_READS = (
-    {"biases": "optional", "norm": "rms", "norm_placement": "pre", "qk_norm": "none", "norm_offset": 0.0, "embed_scaled": False, "softcap": False,
-     "sliding_window": "none", "fused": "none", "gated_ffn": True, "parallel_residual": False, "rotary": "full", "gqa": True,
-     "tied": "config", "acts": (("silu", "silu"),), "act_key": "hidden_act"},
-    {"biases": "optional", "norm": "rms", "norm_placement": "sandwich", "qk_norm": "head", "norm_offset": 1.0, "embed_scaled": True, "softcap": False,
-     "sliding_window": "pattern", "fused": "none", "gated_ffn": True, "parallel_residual": False, "rotary": "full", "gqa": True,
-     "tied": "always", "acts": (("gelu_pytorch_tanh", "gelu_tanh"),), "act_key": "hidden_activation"},
-)  # fmt: skip
-
-
-def check_layout(fam: Family) -> None:
-    """Refuse a row whose traits its layout's reader does not read (:data:`LAYOUT_READS`), naming the trait."""
-    if fam.layout not in LAYOUT_READS:
-        raise CheckpointError(f"the {fam.name} row: layout {fam.layout!r} is not one of {', '.join(LAYOUT_READS)}")
-    for trait, allowed in LAYOUT_READS[fam.layout].items():
-        if getattr(fam, trait) not in allowed:
-            raise CheckpointError(
-                f"the {fam.name} row: {trait} = {getattr(fam, trait)!r} is not read in the {fam.layout} layout "
-                f"(it reads {', '.join(map(repr, allowed))})"
-            )
-
-
-def files_reader_reads(fam: Family) -> bool:
-    """Whether :func:`~attndyn.models.decoder_files.read_hf_llama` reads every trait of ``fam`` as the row says."""
-    return fam.reader == "files" and (fam.layout == "conv1d" or any(all(getattr(fam, k) == v for k, v in p.items()) for p in FILES_READS))
-
-
-def check_config(fam: Family, config: dict, where: str) -> None:
-    """Refuse, naming the key, a config value of the wrong type or out of range (:data:`CONFIG_SPEC`), a
-    ``rope_scaling`` / ``rope_parameters`` that is not a mapping, and a forward-changing key
-    (:data:`FORWARD_KEYS`) whose effective value is on while ``fam`` does not implement it."""
-    where = where.rstrip(": ")
-    fc.typed(config, CONFIG_SPEC, where)
-    for key in ("rope_scaling", "rope_parameters"):
-        if config.get(key) is not None and not isinstance(config[key], dict):
-            raise CheckpointError(f"{where}: {key} = {config[key]!r} is not a mapping (only a mapping of the default RoPE is read)")
-    for key, (what, on) in FORWARD_KEYS.items():
-        if on(config) and key not in fam.implements:
-            supported = ", ".join(sorted(fam.implements)) or "none of them"
-            raise CheckpointError(
-                f"{where}: {key} = {config[key]!r} ({what}) is not implemented for the {fam.name} family "
-                f"(of the forward-changing keys it implements: {supported})"
-            )
 
 
 def twin_refusal(decoder: Decoder) -> str | None:
@@ -720,178 +605,3 @@ def family_table() -> str:
             f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
         )
     return "\n".join(rows)
-
-
-# llama.cpp's tensor names for the Hugging Face ones: the names gguf's TensorNameMap gives them
-# (gguf/tensor_mapping.py, what convert_hf_to_gguf.py writes), per family; a test writes files with gguf's map
-GGUF_LAYER_NAMES = {
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-_ATTN_FFN = {k: v for k, v in GGUF_LAYER_NAMES.items() if "layernorm" not in k}
-GGUF_LAYERS: dict[str, dict[str, str]] = {
-    "llama": GGUF_LAYER_NAMES,
-    "qwen2": GGUF_LAYER_NAMES,
-    "qwen3": GGUF_LAYER_NAMES,
-    # OLMo-2: norms after the sub-layers only
-    "olmo2": _ATTN_FFN | {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"},
-    # Gemma 2: sandwich norms (pre_feedforward_layernorm is llama.cpp's ffn_norm)
-    "gemma2": _ATTN_FFN
-    | {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "post_attention_norm",
-        "pre_feedforward_layernorm": "ffn_norm",
-        "post_feedforward_layernorm": "post_ffw_norm",
-    },
-    # Phi-3: fused q, k, v and gate-up maps, stored as they are
-    "phi3": {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-        "self_attn.qkv_proj": "attn_qkv",
-        "self_attn.o_proj": "attn_output",
-        "mlp.gate_up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
-    },
-    "gpt_neox": {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-        "attention.query_key_value": "attn_qkv",
-        "attention.dense": "attn_output",
-        "mlp.dense_h_to_4h": "ffn_up",
-        "mlp.dense_4h_to_h": "ffn_down",
-    },
-}
-GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-GGUF_GLOBALS = {
-    "gpt_neox": {
-        "gpt_neox.embed_in.weight": "token_embd.weight",
-        "gpt_neox.final_layer_norm.weight": "output_norm.weight",
-        "gpt_neox.final_layer_norm.bias": "output_norm.bias",
-        "embed_out.weight": "output.weight",
-    }
-}
-_LAYER_PREFIX = {"gpt_neox": ["gpt_neox", "layers"]}
-
-
-def gguf_name(hf: str, family: str = "llama") -> str | None:
-    """llama.cpp's name of a Hugging Face tensor name of ``family``, or None when it has none here."""
-    names = GGUF_GLOBALS.get(family, GGUF_NAMES)
-    if hf in names:
-        return names[hf]
-    parts = hf.split(".")
-    if len(parts) < 5 or parts[:2] != _LAYER_PREFIX.get(family, ["model", "layers"]):
-        return None
-    mapped = GGUF_LAYERS.get(family, GGUF_LAYER_NAMES).get(".".join(parts[3:-1]))
-    return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
-
-
-def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
-    """A GGUF file of a registry family other than llama and gemma3, from its dequantized tensors and
-    metadata, its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
-
-    What llama.cpp's converter changed is undone here: none of these families has its query/key rows
-    reordered (llama.cpp runs them with NEOX RoPE, pairing ``(i, i + rot/2)`` as transformers does);
-    Gemma 2's norm weights are stored as ``1 + w`` (1 is taken off, in float64, so the reader adds it
-    back exactly); GPT-NeoX's fused query/key/value rows, laid out per head ``(H, 3, hd)`` by
-    transformers, are stored as all query rows, then key, then value rows ``(3, H, hd)``. The rest comes
-    from the metadata: the rotary width (``rope.dimension_count``), the parallel residual, LayerNorm's
-    epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
-    is llama.cpp's rule."""
-    fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
-    if fam.layout == "conv1d":
-        return gpt2_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
-    H, d = meta["heads"], meta["d"]
-    hd = meta.get("head_dim") or d // H
-    config = {
-        "model_type": fam.model_types[0],
-        "num_attention_heads": H,
-        "num_key_value_heads": meta["kv_heads"],
-        "hidden_size": d,
-        "head_dim": hd,
-        "num_hidden_layers": meta["layers"],
-        "rms_norm_eps": meta["eps"],
-        "layer_norm_eps": meta["eps"],
-        "rope_theta": meta["rope_base"],
-        "max_position_embeddings": meta.get("context") or None,
-        "tie_word_embeddings": "output.weight" not in arrays,
-    }
-    rope_dims = meta.get("rope_dims")
-    if rope_dims is not None:
-        if rope_dims > hd or rope_dims % 2:
-            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not an even number up to the head dimension {hd}")
-        config["partial_rotary_factor"] = rope_dims / hd
-        if int(hd * config["partial_rotary_factor"]) != rope_dims:
-            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not a fraction of {hd} the reader can represent")
-    if fam.gguf_config is not None:
-        config |= fam.gguf_config(meta)
-    if fam.sliding_window != "none" and meta.get("window"):
-        config["sliding_window"] = meta["window"]
-
-    def get(name: str) -> torch.Tensor | None:
-        g = gguf_name(name, fam.name)
-        if g is None or g not in arrays:
-            return None
-        a = np.asarray(arrays[g], dtype=np.float32)
-        if fam.norm_offset and name.endswith("norm.weight"):  # stored as offset + w
-            return torch.from_numpy(a.astype(np.float64)) - fam.norm_offset
-        if fam.layout == "neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
-            a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
-        return torch.from_numpy(a.copy())
-
-    return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer, lazy=lazy)
-
-
-def gpt2_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
-    """A GGUF file of architecture ``gpt2`` (llama.cpp's ``GPT2Model`` converter). The converter transposes
-    GPT-2's ``Conv1D`` maps (stored (in, out) by transformers) into the (out, in) layout of a linear map,
-    which is the decoder's, so they are read as they are; the fused ``attn_qkv`` rows are all query rows,
-    then key, then value rows; every map and both LayerNorms carry biases; ``position_embd`` holds the
-    learned positions, one row per position of ``context_length``; the tanh GELU. A file without
-    ``output.weight`` ties the output head to the token embedding, as llama.cpp does."""
-    from attndyn.models.decoder_files import check_tokenizer
-
-    H, d, L = meta["heads"], meta["d"], meta["layers"]
-    if meta["kv_heads"] != H:
-        raise CheckpointError(f"{source}: gpt2.attention.head_count_kv = {meta['kv_heads']}; GPT-2 has no grouped-query attention (head_count = {H})")
-
-    def get(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(arrays[name], dtype=np.float32).copy())
-
-    def layer(k: int) -> DecoderLayer:
-        b = f"blk.{k}."
-        fused = {"W": get(b + "attn_qkv.weight"), "b": get(b + "attn_qkv.bias")}  # rows: all q, then k, then v
-        qkv = {f"{kind}_{m}": t[i * d : (i + 1) * d] for kind, t in fused.items() for i, m in enumerate("qkv")}
-        return DecoderLayer(
-            **qkv,
-            attn_norm=get(b + "attn_norm.weight"),
-            W_o=get(b + "attn_output.weight"),
-            ffn_norm=get(b + "ffn_norm.weight"),
-            gate=None,
-            up=get(b + "ffn_up.weight"),
-            down=get(b + "ffn_down.weight"),
-            attn_norm_bias=get(b + "attn_norm.bias"),
-            ffn_norm_bias=get(b + "ffn_norm.bias"),
-            b_o=get(b + "attn_output.bias"),
-            b_up=get(b + "ffn_up.bias"),
-            b_down=get(b + "ffn_down.bias"),
-        )
-
-    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
-    embed = get("token_embd.weight")
-    head = get("output.weight") if "output.weight" in arrays else embed
-    check_tokenizer(tokenizer, int(embed.shape[0]), source)
-    pos = get("position_embd.weight")
-    return Decoder(
-        meta.get("name", Path(source).stem), source, embed, layers, get("output_norm.weight"), head, H, H, d // H, 0.0,
-        meta["eps"], tokenizer, arch="gpt2", activation="gelu_tanh", norm_kind="layer", norm_bias=get("output_norm.bias"),
-        positions="learned", pos_embed=pos, context=int(pos.shape[0]),
-    )  # fmt: skip

@@ -310,7 +310,7 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
 
 def _family_gguf_layers(fam, per_layer: dict, *, H: int, KV: int, d: int, hd: int, f: int) -> dict:
     """Each layer's tensors (name: shape) from the family row's traits (the names llama.cpp's converter writes,
-    :data:`attndyn.models.architectures.GGUF_LAYERS`): fused maps, LayerNorm with biases everywhere, norms after
+    :data:`attndyn.models.family_gguf.GGUF_LAYERS`): fused maps, LayerNorm with biases everywhere, norms after
     or around the sub-layers, QK-norm per head or over all heads, biases on q, k, v."""
     if fam.fused == "qkv+gate_up":  # q, k, v rows stacked; gate and up stacked in ffn_up (Phi-3)
         qkv = (H + 2 * KV) * hd
@@ -527,7 +527,7 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
 
     fam = _row(meta.get("arch"))
     if fam.reader != "files" or fam.layout != "split":  # the other families: the registry's reader
-        from attndyn.models.architectures import decoder_from_gguf
+        from attndyn.models.family_gguf import decoder_from_gguf
 
         return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
