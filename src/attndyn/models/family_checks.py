@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from attndyn.models import file_checks as fc
-from attndyn.models.bert import CheckpointError
+from attndyn.models.errors import CheckpointError
 
 if TYPE_CHECKING:
     from attndyn.models.architectures import Family

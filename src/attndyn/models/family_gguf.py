@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from attndyn.models.architectures import family_of_gguf, read_hf_family
-from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
+from attndyn.models.errors import CheckpointError
 
 # llama.cpp's tensor names for the Hugging Face ones: the names gguf's TensorNameMap gives them
 # (gguf/tensor_mapping.py, what convert_hf_to_gguf.py writes), per family; a test writes files with gguf's map
