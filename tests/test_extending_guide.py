@@ -33,8 +33,7 @@ def run_block(section: str) -> types.ModuleType:
 
 
 def test_the_page_has_a_worked_example_for_each_thing_and_is_in_the_nav():
-    assert set(blocks()) == {"A claim", "A normalization scheme", "A solver"}
-    assert "## A checkpoint family" in PAGE.read_text()
+    assert set(blocks()) == {"A claim", "A normalization scheme", "A solver", "A checkpoint family"}
     assert "guide/extending.md" in (PAGE.parents[2] / "mkdocs.yml").read_text()
 
 
@@ -74,3 +73,33 @@ def test_the_example_solver_is_a_valid_tableau_of_its_order():
     with pytest.raises(ValueError, match="order conditions"):
         ad.core.solvers.Tableau("ralston", 2, (0.0, 2 / 3), ((), (2 / 3,)), (1 / 3, 2 / 3))
     assert np.isclose(sum(tableau.b), 1.0)
+
+
+def test_the_example_family_is_one_row_that_reads_as_transformers_does(tmp_path, monkeypatch):
+    """The page's Ministral row, added to the registry: its folder equals transformers in float64 within 1e-10,
+    and a forward-changing key it does not implement is refused by name before any tensor is read."""
+    transformers = pytest.importorskip("transformers")
+    from attndyn.models import architectures
+    from attndyn.models.bert import CheckpointError
+    from attndyn.models.decoder import forward
+    from attndyn.models.decoder_files import load_decoder
+    from tests.models.test_families import COMMON, IDS, ROPE, differences, exact_reference, reference
+
+    row = run_block("A checkpoint family").MINISTRAL
+    monkeypatch.setitem(architectures.FAMILIES, row.name, row)
+    torch.manual_seed(0)
+    kwargs = COMMON | ROPE | {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}
+    model = transformers.MinistralForCausalLM(transformers.MinistralConfig(**kwargs, initializer_range=0.2, attn_implementation="eager")).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+    model.save_pretrained(tmp_path / "m", safe_serialization=True)
+    dec = load_decoder(tmp_path / "m")
+    assert dec.windows == (4, None)
+    d = differences(dec, forward(dec, IDS), reference(exact_reference(model.double()), IDS))
+    assert max(d.values()) < 1e-10, d
+    config = (tmp_path / "m" / "config.json").read_text()
+    (tmp_path / "m" / "config.json").write_text(config.replace('"model_type"', '"qk_layernorm": true, "model_type"'))
+    with pytest.raises(CheckpointError, match="qk_layernorm = True .* ministral family"):
+        load_decoder(tmp_path / "m")

@@ -146,3 +146,28 @@ def test_the_kernels_module_decides_nothing_and_imports_no_model():
     imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not imported & {"attndyn.core.dynamics", "attndyn.core.plan", "attndyn.core.simulation"}
     assert "Model" not in source
+
+
+def test_the_plan_reads_the_scheme_table_s_compiled_column(monkeypatch):
+    """Which compiled paths a scheme takes is the table's ``compiled`` column, not the scheme's name: Post-LN with
+    its column set to "none" gets the torch field and no compiled loop, and the field the run evaluates is then the
+    scheme split's (the same numbers: Post-LN's split is its tangent projection)."""
+    import dataclasses
+
+    from attndyn.core import schemes
+    from attndyn.core.dynamics import prepare, vector_field
+    from attndyn.core.plan import decide
+    from attndyn.core.solvers import RK4, FixedStep
+
+    model = ad.Model(ad.Weights.identity(3), geometry="sphere")
+    x = torch.as_tensor(ad.sphere_start(64, 3, seed=0))
+    before = decide(model, x, [0.0, 10.0], solver=RK4(), step=FixedStep(0.01), max_steps=10**6)
+    field = vector_field(0.0, x, prepare(model, x))
+    monkeypatch.setitem(schemes.SCHEME_TABLE, "post", dataclasses.replace(schemes.SCHEME_TABLE["post"], compiled="none"))
+    after = decide(model, x, [0.0, 10.0], solver=RK4(), step=FixedStep(0.01), max_steps=10**6)
+    assert after.path != "compiled loop"
+    assert after.field == "torch field"
+    assert ("compiled loop", "a normalization scheme other than Post-LN") in after.not_taken
+    if before.path == "compiled loop":  # where the C library builds
+        assert before.field == "C field"
+    torch.testing.assert_close(vector_field(0.0, x, prepare(model, x)), field, rtol=1e-12, atol=1e-14)

@@ -29,6 +29,8 @@ def table_problems(table: dict) -> list[str]:
             out.append(f"{name}: unit_start is not a bool")
         if rule.unit_speed is not None and not callable(rule.unit_speed):
             out.append(f"{name}: unit_speed is neither None nor callable")
+        if rule.compiled not in ("all", "before_tau", "none"):
+            out.append(f"{name}: compiled is not 'all', 'before_tau' or 'none'")
         if rule.unit_speed is not None and not rule.unit_start:
             out.append(f"{name}: a unit_speed form needs unit tokens (unit_start)")
     return out

@@ -443,7 +443,8 @@ def vector_field(t: float, x: torch.Tensor, args: Prepared) -> torch.Tensor:
 
     See the module docstring for the equation of each option.
     """
-    if args.sphere and args.scheme != "post":  # attention at the directions theta = x / r (Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026)
+    # attention at the directions theta = x / r (Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026)
+    if args.sphere and SCHEME_TABLE[args.scheme].compiled != "all":
         r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         theta = x / r
         xq, scale = score_inputs(t, theta, args)

@@ -109,7 +109,7 @@ def loop_reason(model: Model, x: torch.Tensor, solver: Tableau, step: object, ti
     checks = [
         (solver == RK4(), "not classical RK4"),  # by value: another order-4 tableau named "rk4" is not it
         (isinstance(step, FixedStep), "not a fixed step"),
-        (model.geometry == "euclidean" or model.scheme == "post", "a normalization scheme other than Post-LN"),
+        (model.geometry == "euclidean" or SCHEME_TABLE[model.scheme].compiled == "all", "a normalization scheme other than Post-LN"),
         (not model.rescaled or scalar_V(model), "a rescaled model with V not a multiple of I"),
     ]
     for ok, why in checks:
@@ -297,19 +297,19 @@ def _eager(model: Model, x: torch.Tensor, solver: Tableau, step: object, threads
     scheme = SCHEME_TABLE[model.scheme]
     form = "unit_sphere_field" if sphere and scheme.unit_speed is not None else "vector_field"
     why_c = native_reason(model, x)
-    if why_c is None and sphere and model.scheme != "post" and form == "vector_field":
+    if why_c is None and sphere and scheme.compiled != "all" and form == "vector_field":
         why_c = f"the {model.scheme} scheme's radius/direction split runs in torch"
     field_name = "C field" if why_c is None else "torch field"
     if why_c is not None:
         not_taken.append(("C field", why_c))
-    elif model.scheme == "mix":
+    elif sphere and scheme.compiled == "before_tau":
         field_name = "C field (torch after scheme_tau)"
     if isinstance(step, AdaptiveStep):
         checks = [
             (why_c is None, "the field is not in C"),
             (not (model.rescaled and not scalar_V(model)), "a rescaled model with V not a multiple of I (e^{tV} is taken in torch)"),
             (solver.adaptive, "the solver has no error estimate"),
-            (not sphere or model.scheme == "post", f"the {model.scheme} scheme (the C step computes Post-LN)"),
+            (not sphere or scheme.compiled == "all", f"the {model.scheme} scheme (the C step computes Post-LN)"),
         ]
         failed = [why for ok, why in checks if not ok]
         stepper = "C step" if not failed else "generic RK step"

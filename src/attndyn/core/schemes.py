@@ -16,7 +16,11 @@ the config schema (``workflow.schema.ModelSpec.scheme``) and the normalization c
 * ``unit_speed(t, args)``: for a scheme whose speed is the same for every token and that keeps the
   radii, the factor c(t) with x' = c(t) P_x A(x) from unit tokens (c times the Post-LN field, which
   ``simulate`` integrates at the cost of a Post-LN evaluation), or ``None`` at times where that form
-  does not hold; ``None`` for the other schemes.
+  does not hold; ``None`` for the other schemes;
+* ``compiled``: what the compiled paths (the C field, loop and adaptive step, which compute the Post-LN
+  field) take of it: ``"all"`` (its field is Post-LN's), ``"before_tau"`` (Post-LN's until ``scheme_tau``,
+  torch after) or ``"none"`` (its radius/direction split runs in torch). The plan reads this column, never
+  the scheme's name.
 
 A new scheme is one :class:`SchemeRule` added to the table (docs/guide/extending.md);
 ``tests/core/test_registries.py`` fails when one lacks any part.
@@ -68,16 +72,18 @@ class SchemeRule:
     velocity: Callable
     unit_start: bool
     unit_speed: Callable[[float, object], float | None] | None = None
+    compiled: str = "none"  # "all", "before_tau" or "none" (module docstring)
 
 
 SCHEME_TABLE: dict[str, SchemeRule] = {
-    "post": SchemeRule("Post-LN: s = 1, r' = 0 (tokens on the unit sphere; the default)", _post, unit_start=True),
+    "post": SchemeRule("Post-LN: s = 1, r' = 0 (tokens on the unit sphere; the default)", _post, unit_start=True, compiled="all"),
     "pre": SchemeRule("Pre-LN: s = r, r' = <theta, A> (x' = A)", _pre, unit_start=False),
     "mix": SchemeRule(
         "Mix-LN: Post-LN until scheme_tau, then Pre-LN",
         _mix,
         unit_start=True,
         unit_speed=lambda t, args: 1.0 if t < args.scheme_tau else None,
+        compiled="before_tau",
     ),
     "peri": SchemeRule("Peri-LN: s = r |A|, r' = <theta, A> / |A| (x' = A / |A|; our reading of a truncated table)", _peri, unit_start=False),
     "ngpt": SchemeRule("nGPT: s = |A| / scheme_alpha, r' = 0 (Loshchilov et al., arXiv 2410.01131)", _ngpt, unit_start=False),

@@ -14,20 +14,19 @@ Contract
 * ``read_folder(folder)``: a Hugging Face folder (``config.json`` + ``*.safetensors``, sharded or not);
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
-* ``decoder_from_gguf(arrays, meta)``: a GGUF file of a family other than llama and gemma3 (``qwen2``,
-  ``qwen3``, ``olmo2``, ``gemma2``, ``gptneox``, ``phi3``), its tensors renamed from llama.cpp's names
-  (:func:`gguf_name`, per family), what llama.cpp's converter changed undone, and read as a folder is;
-  ``gpt2`` by :func:`gpt2_from_gguf` (its layout is already the decoder's).
-  Mistral has no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
+* GGUF files of the families other than llama and gemma3: :mod:`attndyn.models.family_gguf`
+  (llama.cpp's names per family, what its converter changed undone, read as a folder is). Mistral has
+  no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
+* The checks of a row and its config before any tensor is read: :mod:`attndyn.models.family_checks`
+  (typed values, the shared list of forward-changing keys, the traits each layout reads).
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
 * ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
 
-The llama, gemma3 and gpt2 folders are read by :mod:`attndyn.models.decoder_files` as before; the
-other families by :func:`read_hf_family` here. Each reader refuses, with one sentence naming the
-key, a configuration option the forward pass does not implement (scaled RoPE, a non-default
-activation, ...). The BERT-family encoders are listed (``kind="encoder"``) and read by
-:mod:`attndyn.models.bert`.
+Every reader reads the row (no reader tests a family's name): the folder reader of
+:mod:`attndyn.models.decoder_files` takes the rows whose traits it reads (LLaMA, Gemma 3, GPT-2), every
+other row and option goes to :func:`read_hf_family` here. The BERT-family encoders are listed
+(``kind="encoder"``) and read by :mod:`attndyn.models.bert`.
 """
 
 from __future__ import annotations
@@ -37,11 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from attndyn.models.bert import CheckpointError
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
+from attndyn.models.errors import CheckpointError
+from attndyn.models.family_checks import check_config, check_layout, files_reader_reads
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,31 @@ class Family:
     tied: str = "config"  # where tie_word_embeddings comes from
     fused: str = "none"  # "qkv", "qkv+gate_up"
     gated_ffn: bool = True
-    reader: str = "family"  # "llama" / "gpt2" (decoder_files), "family" (read_hf_family), "bert"
+    reader: str = "family"  # "files" (decoder_files.read_hf_llama), "family" (read_hf_family), "bert"
+    layout: str = "split"  # tensor layout: "split" (model.layers.*, q/k/v apart), "neox" (gpt_neox.layers.*, fused per head), "conv1d" (GPT-2)
+    norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (offset + w): 1.0, added in float64 when read (llama.cpp stores offset + w)
+    embed_scaled: bool = False  # the embeddings multiplied by sqrt(d) and a BOS token prepended (Gemma)
+    act_key: str = "hidden_act"  # the config key of the feed-forward activation
+    acts: tuple[tuple[str, str], ...] = (("silu", "silu"),)  # its accepted values (first: the default) and the decoder's names
+    gguf_qk_permuted: bool = False  # llama.cpp's converter reorders each head's query/key rows (LLaMA): undone when read
+    gguf_config: Callable[[dict], dict] | None = None  # hook: the config entries a GGUF file's metadata gives (beyond the common ones)
     gguf_as: str = ""  # the GGUF architecture llama.cpp writes this family as, when it is another family's
     example: str = ""
+
+    @property
+    def implements(self) -> frozenset[str]:
+        """The forward-changing config keys (:data:`FORWARD_KEYS`) this family's reader implements, from its traits."""
+        return frozenset(
+            key
+            for key, on in (
+                ("attention_bias", self.kind == "decoder" and self.biases in ("optional", "all")),
+                ("use_parallel_residual", self.parallel_residual),
+                ("attn_logit_softcapping", self.softcap),
+                ("final_logit_softcapping", self.softcap),
+                ("sliding_window", self.sliding_window != "none"),
+            )
+            if on
+        )
 
     @property
     def twin(self) -> str | None:
@@ -89,22 +110,47 @@ class Family:
         return "; ".join(reasons) or None
 
 
+GEMMA_ACTS = (("gelu_pytorch_tanh", "gelu_tanh"),)
+GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
+
+
+def _gemma2_gguf_config(meta: dict) -> dict:
+    """Gemma 2's soft-caps and BOS from a GGUF file; its query scale, which the file does not store, is llama.cpp's rule."""
+    H, d = meta["heads"], meta["d"]
+    return {
+        "attn_logit_softcapping": meta.get("attn_softcap"),
+        "final_logit_softcapping": meta.get("final_softcap"),
+        "query_pre_attn_scalar": d / H if meta["layers"] == GEMMA2_27B_LAYERS else meta.get("head_dim") or d // H,
+        "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
+    }
+
+
+def _neox_gguf_config(meta: dict) -> dict:
+    return {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("llama", ("llama",), ("llama",), reader="llama", example="SmolLM2, Llama 3, TinyLlama"),
+        Family("llama", ("llama",), ("llama",), biases="optional", reader="files", gguf_qk_permuted=True, example="SmolLM2, Llama 3, TinyLlama"),
         Family("mistral", ("mistral",), sliding_window="all", gguf_as="llama", example="Mistral 7B"),
         Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
-        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", example="Qwen3"),
-        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", example="OLMo-2"),
+        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", biases="optional", example="Qwen3"),
+        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", biases="optional", example="OLMo-2"),
         Family(
             "gemma2",
             ("gemma2",),
             ("gemma2",),
             norm_placement="sandwich",
+            biases="optional",
             softcap=True,
             sliding_window="alternating",
             tied="always",
+            norm_offset=1.0,
+            embed_scaled=True,
+            act_key="hidden_activation",
+            acts=GEMMA_ACTS,
+            gguf_config=_gemma2_gguf_config,
             example="Gemma 2",
         ),
         Family(
@@ -114,8 +160,13 @@ FAMILIES: dict[str, Family] = {
             norm_placement="sandwich",
             sliding_window="pattern",
             qk_norm="head",
+            biases="optional",
             tied="always",
-            reader="llama",
+            reader="files",
+            norm_offset=1.0,
+            embed_scaled=True,
+            act_key="hidden_activation",
+            acts=GEMMA_ACTS,
             example="Gemma 3 (270M, 1B)",
         ),
         Family(
@@ -129,6 +180,9 @@ FAMILIES: dict[str, Family] = {
             parallel_residual=True,
             fused="qkv",
             gated_ffn=False,
+            layout="neox",
+            acts=(("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh")),
+            gguf_config=_neox_gguf_config,
             example="Pythia, GPT-NeoX",
         ),
         Family(
@@ -141,7 +195,8 @@ FAMILIES: dict[str, Family] = {
             gqa=False,
             fused="qkv",
             gated_ffn=False,
-            reader="gpt2",
+            reader="files",
+            layout="conv1d",
             example="GPT-2, DistilGPT2",
         ),
         Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
@@ -233,9 +288,10 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     folder = Path(folder)
     config = read_config(folder)
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
-    biased_llama = fam.name == "llama" and (config.get("attention_bias") or config.get("mlp_bias"))
-    if fam.reader in ("llama", "gpt2") and not biased_llama:
-        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2, unchanged
+    check_layout(fam)
+    check_config(fam, config, f"{folder}/config.json: ")
+    if files_reader_reads(fam) and not _files_reader_lacks(config):
+        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
@@ -258,16 +314,36 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=tokenizer, lazy=lazy)
 
 
+def _files_reader_lacks(config: dict) -> bool:
+    """Options a family implements that :func:`~attndyn.models.decoder_files.read_hf_llama` does not: biases on the
+    attention maps, a query scale other than the head dimension's (Gemma 3); such folders take :func:`read_hf_family`."""
+    H, d = config.get("num_attention_heads"), config.get("hidden_size")
+    hd = config.get("head_dim") or (d // H if isinstance(d, int) and isinstance(H, int) and H > 0 else None)
+    scalar = config.get("query_pre_attn_scalar")
+    return config.get("attention_bias") is True or (scalar is not None and hd is not None and float(scalar) != float(hd))
+
+
 def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     """A loaded ``transformers`` causal LM (``PreTrainedModel``) as a :class:`Decoder`, reading its
     parameters in place (no copy: the forward pass casts one layer at a time). ``tokenizer``: a
     ``transformers`` fast tokenizer or a ``tokenizers.Tokenizer`` (its backend is kept)."""
+    what = type(model).__name__
+    if not callable(getattr(getattr(model, "config", None), "to_dict", None)) or not callable(getattr(model, "state_dict", None)):
+        raise CheckpointError(f"a {what} is not a loaded transformers model (a PreTrainedModel with a config and a state_dict)")
     config = model.config.to_dict()
-    fam = family_of_model_type(config.get("model_type"), where=f"{type(model).__name__}: ")
-    params = {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
+    fam = family_of_model_type(config.get("model_type"), where=f"{what}: ")
+    params = {k: v.detach() for k, v in model.state_dict(keep_vars=True).items() if isinstance(v, torch.Tensor)}
+    for key, t in params.items():
+        if t.is_meta:
+            raise CheckpointError(f"{what}: the tensor {key!r} is on the meta device (a model loaded without its weights, or half-loaded)")
+        if not t.is_floating_point() or t.is_quantized:
+            raise CheckpointError(f"{what}: the tensor {key!r} has dtype {t.dtype}; quantized or integer weights are not read (give the float model)")
+    packed = [k for k in model.state_dict() if "_packed_params" in k]
+    if packed:
+        raise CheckpointError(f"{what}: {packed[0]!r} belongs to a quantized module; quantized models are not read (give the float model)")
     tok = getattr(tokenizer, "backend_tokenizer", tokenizer)
     name = str(config.get("_name_or_path") or type(model).__name__)
-    if fam.name == "gpt2":
+    if fam.layout == "conv1d":
         from attndyn.models.decoder_files import _gpt2
 
         dec = _gpt2(Path(name), config, {k: v.cpu().numpy() for k, v in params.items()})
@@ -315,7 +391,9 @@ def read_hf_family(
         return t
 
     try:
-        if fam.name == "gpt_neox":
+        check_layout(fam)
+        check_config(fam, config, where)
+        if fam.layout == "neox":
             return _gpt_neox(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
         return _llama_like(fam, config, need, get, name=name, source=source, tokenizer=tokenizer, lazy=lazy)
     except (KeyError, TypeError) as err:
@@ -338,6 +416,18 @@ def _windows(fam: Family, config: dict, L: int) -> tuple[int | None, ...] | None
     return (int(w),) * L
 
 
+def _check_shape(fam: Family, where: str, H: int, KV: int, fraction: float) -> None:
+    """The row's grouped-query and rotary traits against the config: refused, naming the key, when the row lacks them."""
+    if KV != H and not fam.gqa:
+        raise CheckpointError(
+            f"{where}num_key_value_heads = {KV} differs from num_attention_heads = {H}; the {fam.name} family has no grouped-query attention"
+        )
+    if fraction != 1.0 and fam.rotary != "partial":
+        raise CheckpointError(f"{where}a partial rotary fraction {fraction:g} is not part of the {fam.name} family (its rotary is {fam.rotary!r})")
+    if fam.rotary == "learned":
+        raise CheckpointError(f"{where}learned positions are read only in the conv1d layout (GPT-2), not {fam.layout!r}")
+
+
 def _check_act(config: dict, where: str, key: str, allowed: dict[str, str]) -> str:
     act = config.get(key) or next(iter(allowed))
     if act not in allowed:
@@ -353,12 +443,14 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     d = int(config["hidden_size"])
     hd = int(config.get("head_dim") or d // H)
     L = int(config["num_hidden_layers"])
-    gemma = fam.name in ("gemma2", "gemma3")
-    if config.get("mlp_bias"):
-        raise CheckpointError(f"{where}mlp_bias = true is not supported by the forward pass")
-    act = _check_act(config, where, "hidden_activation" if gemma else "hidden_act", {"gelu_pytorch_tanh": "gelu_tanh"} if gemma else {"silu": "silu"})
+    act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, per_type = _rope(config, where)
-    plus = 1.0 if gemma else 0.0  # Gemma's RMSNorm multiplies by 1 + w
+    _check_shape(fam, where, H, KV, fraction)
+    plus = fam.norm_offset
+
+    def fold(t: torch.Tensor) -> torch.Tensor:
+        """A norm weight with the row's offset added in float64 (exact for a bf16/fp16/f32 weight), or as it is."""
+        return t.to(torch.float64) + plus if plus else t
 
     def layer(k: int) -> DecoderLayer:
         p = f"model.layers.{k}."
@@ -367,10 +459,10 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
             W_q, W_k, W_v = qkv[: H * hd], qkv[H * hd : (H + KV) * hd], qkv[(H + KV) * hd :]
             gu = need(p + "mlp.gate_up_proj.weight")
             f2 = gu.shape[0] // 2
-            gate, up = gu[:f2], gu[f2:]
+            gate, up = (gu[:f2], gu[f2:]) if fam.gated_ffn else (None, gu)
         else:
             W_q, W_k, W_v = (need(p + f"self_attn.{m}_proj.weight") for m in "qkv")
-            gate, up = need(p + "mlp.gate_proj.weight"), need(p + "mlp.up_proj.weight")
+            gate, up = need(p + "mlp.gate_proj.weight") if fam.gated_ffn else None, need(p + "mlp.up_proj.weight")
         ones = torch.ones(d, dtype=W_q.dtype)
         if fam.norm_placement == "post":  # OLMo-2: norms after the sub-layers only
             norms = {
@@ -381,18 +473,18 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
             }
         elif fam.norm_placement == "sandwich":
             norms = {
-                "attn_norm": need(p + "input_layernorm.weight") + plus,
-                "ffn_norm": need(p + "pre_feedforward_layernorm.weight") + plus,
-                "post_attn_norm": need(p + "post_attention_layernorm.weight") + plus,
-                "post_ffn_norm": need(p + "post_feedforward_layernorm.weight") + plus,
+                "attn_norm": fold(need(p + "input_layernorm.weight")),
+                "ffn_norm": fold(need(p + "pre_feedforward_layernorm.weight")),
+                "post_attn_norm": fold(need(p + "post_attention_layernorm.weight")),
+                "post_ffn_norm": fold(need(p + "post_feedforward_layernorm.weight")),
             }
         else:
             norms = {"attn_norm": need(p + "input_layernorm.weight"), "ffn_norm": need(p + "post_attention_layernorm.weight")}
         if fam.qk_norm != "none":
-            norms["q_norm"] = need(p + "self_attn.q_norm.weight") + plus
-            norms["k_norm"] = need(p + "self_attn.k_norm.weight") + plus
-        biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") for m in "qkvo"}
-        if fam.biases == "qkv" and any(biases[f"b_{m}"] is None for m in "qkv"):
+            norms["q_norm"] = fold(need(p + "self_attn.q_norm.weight"))
+            norms["k_norm"] = fold(need(p + "self_attn.k_norm.weight"))
+        biases = {f"b_{m}": get(p + f"self_attn.{m}_proj.bias") if fam.biases != "none" else None for m in "qkvo"}
+        if (fam.biases == "qkv" or config.get("attention_bias") is True) and any(biases[f"b_{m}"] is None for m in "qkv"):
             raise CheckpointError(f"{where}the tensor {p + 'self_attn.q_proj.bias'!r} (or k, v) is missing")
         return DecoderLayer(
             W_q=W_q,
@@ -415,7 +507,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     if per_type is not None:  # Gemma: a base per layer type
         types = config.get("layer_types") or ["full_attention"] * L
         extra["rope_bases"] = tuple(float(per_type.get(t, per_type.get("full_attention", {})).get("rope_theta", base)) for t in types)
-    if gemma:
+    if fam.embed_scaled:
         extra |= {"embed_scale": d**0.5, "bos_id": config.get("bos_token_id"), "add_bos": config.get("bos_token_id") is not None}
         scalar = config.get("query_pre_attn_scalar")
         if scalar is not None and float(scalar) != float(hd):
@@ -423,13 +515,12 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     if fam.softcap:
         extra["attn_softcap"] = config.get("attn_logit_softcapping")
         extra["final_softcap"] = config.get("final_logit_softcapping")
-    elif config.get("attn_logit_softcapping") or config.get("final_logit_softcapping"):
-        raise CheckpointError(f"{where}soft-capping is not part of the {fam.name} family's forward pass")
     rotary_dim = int(hd * fraction)
     return Decoder(
-        name, source, embed, layers, need("model.norm.weight") + plus, head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
+        name, source, embed, layers, fold(need("model.norm.weight")), head, H, KV, hd, base, float(config["rms_norm_eps"]), tokenizer,
         arch=fam.name, activation=act, windows=windows, rotary_dim=None if rotary_dim == hd else rotary_dim,
-        pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full",
+        pre_norm=fam.norm_placement != "post", qk_norm_full=fam.qk_norm == "full", norm_kind=fam.norm,
+        parallel_residual=fam.parallel_residual,
         context=config.get("max_position_embeddings"), **extra,
     )  # fmt: skip
 
@@ -442,7 +533,8 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     if d % H:
         raise CheckpointError(f"{where}hidden_size = {d} does not split into num_attention_heads = {H} heads")
     hd = d // H
-    act = _check_act(config, where, "hidden_act", {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"})
+    _check_shape(fam, where, H, int(config.get("num_key_value_heads") or H), _rope(config, where)[1])
+    act = _check_act(config, where, fam.act_key, dict(fam.acts))
     base, fraction, _ = _rope(config, where)
 
     def layer(k: int) -> DecoderLayer:
@@ -465,14 +557,16 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
     embed = need("gpt_neox.embed_in.weight")
     # the files call the head embed_out; a live model of transformers 5 calls it lm_head
     head = (
-        embed if config.get("tie_word_embeddings") else (get("embed_out.weight") if get("embed_out.weight") is not None else need("lm_head.weight"))
+        embed
+        if fam.tied == "always" or config.get("tie_word_embeddings")
+        else (get("embed_out.weight") if get("embed_out.weight") is not None else need("lm_head.weight"))
     )
     rotary_dim = int(hd * fraction)
     return Decoder(
         name, source, embed, layers, need("gpt_neox.final_layer_norm.weight"), head, H, H, hd, base,
-        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch="gpt_neox", activation=act, norm_kind="layer",
+        float(config.get("layer_norm_eps", 1e-5)), tokenizer, arch=fam.name, activation=act, norm_kind=fam.norm,
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
-        parallel_residual=bool(config.get("use_parallel_residual", True)), context=config.get("max_position_embeddings"),
+        parallel_residual=bool(config.get("use_parallel_residual", fam.parallel_residual)), context=config.get("max_position_embeddings"),
     )  # fmt: skip
 
 
@@ -511,189 +605,3 @@ def family_table() -> str:
             f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
         )
     return "\n".join(rows)
-
-
-# llama.cpp's tensor names for the Hugging Face ones: the names gguf's TensorNameMap gives them
-# (gguf/tensor_mapping.py, what convert_hf_to_gguf.py writes), per family; a test writes files with gguf's map
-GGUF_LAYER_NAMES = {
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-_ATTN_FFN = {k: v for k, v in GGUF_LAYER_NAMES.items() if "layernorm" not in k}
-GGUF_LAYERS: dict[str, dict[str, str]] = {
-    "llama": GGUF_LAYER_NAMES,
-    "qwen2": GGUF_LAYER_NAMES,
-    "qwen3": GGUF_LAYER_NAMES,
-    # OLMo-2: norms after the sub-layers only
-    "olmo2": _ATTN_FFN | {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"},
-    # Gemma 2: sandwich norms (pre_feedforward_layernorm is llama.cpp's ffn_norm)
-    "gemma2": _ATTN_FFN
-    | {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "post_attention_norm",
-        "pre_feedforward_layernorm": "ffn_norm",
-        "post_feedforward_layernorm": "post_ffw_norm",
-    },
-    # Phi-3: fused q, k, v and gate-up maps, stored as they are
-    "phi3": {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-        "self_attn.qkv_proj": "attn_qkv",
-        "self_attn.o_proj": "attn_output",
-        "mlp.gate_up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
-    },
-    "gpt_neox": {
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-        "attention.query_key_value": "attn_qkv",
-        "attention.dense": "attn_output",
-        "mlp.dense_h_to_4h": "ffn_up",
-        "mlp.dense_4h_to_h": "ffn_down",
-    },
-}
-GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-GGUF_GLOBALS = {
-    "gpt_neox": {
-        "gpt_neox.embed_in.weight": "token_embd.weight",
-        "gpt_neox.final_layer_norm.weight": "output_norm.weight",
-        "gpt_neox.final_layer_norm.bias": "output_norm.bias",
-        "embed_out.weight": "output.weight",
-    }
-}
-_LAYER_PREFIX = {"gpt_neox": ["gpt_neox", "layers"]}
-
-
-def gguf_name(hf: str, family: str = "llama") -> str | None:
-    """llama.cpp's name of a Hugging Face tensor name of ``family``, or None when it has none here."""
-    names = GGUF_GLOBALS.get(family, GGUF_NAMES)
-    if hf in names:
-        return names[hf]
-    parts = hf.split(".")
-    if len(parts) < 5 or parts[:2] != _LAYER_PREFIX.get(family, ["model", "layers"]):
-        return None
-    mapped = GGUF_LAYERS.get(family, GGUF_LAYER_NAMES).get(".".join(parts[3:-1]))
-    return None if mapped is None else f"blk.{parts[2]}.{mapped}.{parts[-1]}"
-
-
-GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
-
-
-def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
-    """A GGUF file of a registry family other than llama and gemma3, from its dequantized tensors and
-    metadata, its tensors renamed from llama.cpp's names (:func:`gguf_name`) and read as a folder is.
-
-    What llama.cpp's converter changed is undone here: none of these families has its query/key rows
-    reordered (llama.cpp runs them with NEOX RoPE, pairing ``(i, i + rot/2)`` as transformers does);
-    Gemma 2's norm weights are stored as ``1 + w`` (1 is taken off, in float64, so the reader adds it
-    back exactly); GPT-NeoX's fused query/key/value rows, laid out per head ``(H, 3, hd)`` by
-    transformers, are stored as all query rows, then key, then value rows ``(3, H, hd)``. The rest comes
-    from the metadata: the rotary width (``rope.dimension_count``), the parallel residual, LayerNorm's
-    epsilon, soft-capping and the sliding window; Gemma 2's query scale, which the file does not store,
-    is llama.cpp's rule."""
-    fam = family_of_gguf(meta.get("arch"), where=f"{source}: ")
-    if fam.name == "gpt2":
-        return gpt2_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
-    H, d = meta["heads"], meta["d"]
-    hd = meta.get("head_dim") or d // H
-    config = {
-        "model_type": fam.model_types[0],
-        "num_attention_heads": H,
-        "num_key_value_heads": meta["kv_heads"],
-        "hidden_size": d,
-        "head_dim": hd,
-        "num_hidden_layers": meta["layers"],
-        "rms_norm_eps": meta["eps"],
-        "layer_norm_eps": meta["eps"],
-        "rope_theta": meta["rope_base"],
-        "max_position_embeddings": meta.get("context") or None,
-        "tie_word_embeddings": "output.weight" not in arrays,
-    }
-    rope_dims = meta.get("rope_dims")
-    if rope_dims is not None:
-        if rope_dims > hd or rope_dims % 2:
-            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not an even number up to the head dimension {hd}")
-        config["partial_rotary_factor"] = rope_dims / hd
-        if int(hd * config["partial_rotary_factor"]) != rope_dims:
-            raise CheckpointError(f"{source}: {meta['arch']}.rope.dimension_count = {rope_dims} is not a fraction of {hd} the reader can represent")
-    if fam.name == "gpt_neox":
-        config |= {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
-    if fam.sliding_window != "none" and meta.get("window"):
-        config["sliding_window"] = meta["window"]
-    if fam.name == "gemma2":
-        scalar = d / H if meta["layers"] == GEMMA2_27B_LAYERS else hd
-        config |= {
-            "attn_logit_softcapping": meta.get("attn_softcap"),
-            "final_logit_softcapping": meta.get("final_softcap"),
-            "query_pre_attn_scalar": scalar,
-            "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
-        }
-
-    def get(name: str) -> torch.Tensor | None:
-        g = gguf_name(name, fam.name)
-        if g is None or g not in arrays:
-            return None
-        a = np.asarray(arrays[g], dtype=np.float32)
-        if fam.name == "gemma2" and name.endswith("norm.weight"):  # stored as 1 + w
-            return torch.from_numpy(a.astype(np.float64)) - 1.0
-        if fam.name == "gpt_neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
-            a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
-        return torch.from_numpy(a.copy())
-
-    return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer, lazy=lazy)
-
-
-def gpt2_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, lazy: bool = False) -> Decoder:
-    """A GGUF file of architecture ``gpt2`` (llama.cpp's ``GPT2Model`` converter). The converter transposes
-    GPT-2's ``Conv1D`` maps (stored (in, out) by transformers) into the (out, in) layout of a linear map,
-    which is the decoder's, so they are read as they are; the fused ``attn_qkv`` rows are all query rows,
-    then key, then value rows; every map and both LayerNorms carry biases; ``position_embd`` holds the
-    learned positions, one row per position of ``context_length``; the tanh GELU. A file without
-    ``output.weight`` ties the output head to the token embedding, as llama.cpp does."""
-    from attndyn.models.decoder_files import check_tokenizer
-
-    H, d, L = meta["heads"], meta["d"], meta["layers"]
-    if meta["kv_heads"] != H:
-        raise CheckpointError(f"{source}: gpt2.attention.head_count_kv = {meta['kv_heads']}; GPT-2 has no grouped-query attention (head_count = {H})")
-
-    def get(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(arrays[name], dtype=np.float32).copy())
-
-    def layer(k: int) -> DecoderLayer:
-        b = f"blk.{k}."
-        fused = {"W": get(b + "attn_qkv.weight"), "b": get(b + "attn_qkv.bias")}  # rows: all q, then k, then v
-        qkv = {f"{kind}_{m}": t[i * d : (i + 1) * d] for kind, t in fused.items() for i, m in enumerate("qkv")}
-        return DecoderLayer(
-            **qkv,
-            attn_norm=get(b + "attn_norm.weight"),
-            W_o=get(b + "attn_output.weight"),
-            ffn_norm=get(b + "ffn_norm.weight"),
-            gate=None,
-            up=get(b + "ffn_up.weight"),
-            down=get(b + "ffn_down.weight"),
-            attn_norm_bias=get(b + "attn_norm.bias"),
-            ffn_norm_bias=get(b + "ffn_norm.bias"),
-            b_o=get(b + "attn_output.bias"),
-            b_up=get(b + "ffn_up.bias"),
-            b_down=get(b + "ffn_down.bias"),
-        )
-
-    layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
-    embed = get("token_embd.weight")
-    head = get("output.weight") if "output.weight" in arrays else embed
-    check_tokenizer(tokenizer, int(embed.shape[0]), source)
-    pos = get("position_embd.weight")
-    return Decoder(
-        meta.get("name", Path(source).stem), source, embed, layers, get("output_norm.weight"), head, H, H, d // H, 0.0,
-        meta["eps"], tokenizer, arch="gpt2", activation="gelu_tanh", norm_kind="layer", norm_bias=get("output_norm.bias"),
-        positions="learned", pos_embed=pos, context=int(pos.shape[0]),
-    )  # fmt: skip

@@ -33,12 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attndyn.core.errors import UserError
 from attndyn.core.weights import Weights
-
-
-class CheckpointError(UserError):
-    """A checkpoint that cannot be read; the message is one line."""
+from attndyn.models.errors import CheckpointError
 
 
 @dataclass(frozen=True)

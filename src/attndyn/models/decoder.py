@@ -518,12 +518,16 @@ def forward(
             x = x + out
             x = x + feedforward_sublayer(decoder, k_layer, x, cast, layer=layer)
         del layer, out
+        if not bool(torch.isfinite(x).all()):
+            raise ModelFileError(f"{decoder.name}: the residual stream after layer {k_layer} is not finite in {dtype}")
         hidden.append(x)
     out_logits = None
     if logits:
         out_logits = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
         if decoder.final_softcap is not None:
             out_logits = torch.tanh(out_logits / decoder.final_softcap) * decoder.final_softcap
+        if not bool(torch.isfinite(out_logits).all()):
+            raise ModelFileError(f"{decoder.name}: the logits (final norm and output head) are not finite in {dtype}")
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), out_logits)
 
 

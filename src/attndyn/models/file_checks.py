@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attndyn.models.bert import CheckpointError
+from attndyn.models.errors import CheckpointError, ModelFileError  # noqa: F401 (importers use file_checks.ModelFileError)
 
 MAX_LAYERS = 1024
 MAX_HEADS = 4096
@@ -50,10 +50,6 @@ MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own limit
 SAFETENSORS_DTYPES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}  # weights, widened to float32 (float64 stays)
 # buffers (MiniLM's position_ids): read as they are; a reader that uses one as a weight refuses it (check_tensor)
 SAFETENSORS_OTHER = {"I8": "<i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "<u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "?"}
-
-
-class ModelFileError(CheckpointError):
-    """A model file whose content cannot be trusted; the message names the file and the field."""
 
 
 # --- typed metadata ------------------------------------------------------------------------------
