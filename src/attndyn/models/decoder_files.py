@@ -130,13 +130,17 @@ def smollm2_available() -> tuple[bool, str]:
 
 
 def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
-    """A decoder by name (``smollm2``, ``gemma3``) or path (a ``.gguf`` file, or a Hugging Face folder of any
-    family in :data:`attndyn.models.architectures.FAMILIES`). ``lazy``: the layers are read from the memory-mapped
+    """A decoder by name (``smollm2``, ``gemma3``, one of :data:`attndyn.models.named.NAMED`) or path (a ``.gguf`` file,
+    or a Hugging Face folder of any family in :data:`attndyn.models.architectures.FAMILIES`). ``lazy``: the layers are read from the memory-mapped
     file one at a time when they run (:class:`~attndyn.models.decoder.LazyLayers`); False reads them all now."""
     if str(name_or_path).lower() == "smollm2":
         return read_gguf(smollm2_path(), lazy=lazy)
     if str(name_or_path).lower() == "gemma3":
         return read_gguf(gemma3_path(), lazy=lazy)
+    from attndyn.models.named import NAMED, named_path
+
+    if str(name_or_path).lower() in NAMED:  # the Qwen2.5-Coder part wheels (attndyn.models.named)
+        return read_gguf(named_path(str(name_or_path)), lazy=lazy)
     path = Path(name_or_path)
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf(path, lazy=lazy)
@@ -146,7 +150,9 @@ def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
         return read_folder(path, lazy=lazy)  # every family of the registry (attndyn.models.architectures)
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
-    raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
+    raise CheckpointError(
+        f"{str(name_or_path)!r} is neither a named model (smollm2, gemma3, {', '.join(NAMED)}), a .gguf file nor a folder with config.json"
+    )
 
 
 # --- GGUF ----------------------------------------------------------------------------------------
