@@ -72,14 +72,19 @@ def test_missing_parts_give_the_install_command_and_size(fake):
     with pytest.raises(CheckpointError) as err:
         named.named_path("fake-1b")
     msg = str(err.value)
-    assert "1 of 3 parts missing" in msg and "attndyn models install fake-1b" in msg and "downloads 1 MB" in msg
-    assert "attndyn-test-fake-part3==0.1.0" in msg and "\n" not in msg
+    assert "1 of 3 parts missing" in msg
+    assert "attndyn models install fake-1b" in msg
+    assert "downloads 1 MB" in msg
+    assert "attndyn-test-fake-part3==0.1.0" in msg
+    assert "\n" not in msg
 
 
 def test_the_qwen_pins_are_complete():
     for m in (named.NAMED["qwen2.5-0.5b"], named.NAMED["qwen2.5-1.5b"]):
-        assert len(m.sha256) == 64 and all(len(p.wheel_sha256) == 64 for p in m.parts)
-    assert len(named.NAMED["qwen2.5-0.5b"].parts) == 6 and len(named.NAMED["qwen2.5-1.5b"].parts) == 22
+        assert len(m.sha256) == 64
+        assert all(len(p.wheel_sha256) == 64 for p in m.parts)
+    assert len(named.NAMED["qwen2.5-0.5b"].parts) == 6
+    assert len(named.NAMED["qwen2.5-1.5b"].parts) == 22
 
 
 def test_unknown_name_is_refused_by_name():
