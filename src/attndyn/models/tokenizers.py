@@ -53,17 +53,49 @@ def _numbers(value, path: Path, key: str, n: int, *, integer: bool = False) -> n
     return a
 
 
+# The split rules (pre-tokenizers) of byte-level BPE vocabularies, by the GGUF ``tokenizer.ggml.pre`` value.
+# Each regex is the one the vocabulary's merges were learned with (the model's published tokenizer.json and
+# llama.cpp's table agree on them); letters and digits are Unicode classes.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = (  # as llama-bpe, but one digit per piece
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+BPE_SPLITS = {"gpt2": "gpt2", "smollm": "gpt2+digits", "llama-bpe": LLAMA3_SPLIT, "llama3": LLAMA3_SPLIT, "qwen2": QWEN2_SPLIT}
+SPM_PRE = ("default",)  # SentencePiece vocabularies (Gemma): no split rule, spaces are pieces
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
+TOKENIZER_CACHE = "tokenizer2"  # the cached tokenizer's name: 2 = split by tokenizer.ggml.pre, control tokens special
+
+
+def pre_tokenizer_name(reader, path: Path, model: str) -> str:
+    """The file's ``tokenizer.ggml.pre`` (absent: ``gpt2`` for byte-level BPE, ``default`` for SentencePiece);
+    ModelFileError naming a value this module has no split rule for."""
+    pre = _gguf_values(reader, path, ["tokenizer.ggml.pre"]).get("tokenizer.ggml.pre")
+    if pre is None:
+        return "gpt2" if model == "gpt2" else "default"
+    known = BPE_SPLITS if model == "gpt2" else SPM_PRE
+    if not isinstance(pre, str) or pre not in known:
+        raise ModelFileError(
+            f"{path}: tokenizer.ggml.pre = {str(pre)[:40]!r} has no split rule here (known for tokenizer.ggml.model {model!r}: {', '.join(known)})"
+        )
+    return pre
+
+
 def _gguf_tokenizer(reader, path: Path):
-    """The tokenizer of a GGUF file: byte-level BPE (``gpt2`` model) or SentencePiece (``llama``
-    model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models. Every list is checked
-    (tokens strings, merges pairs of tokens, scores numbers, types integers) before it is used."""
+    """The tokenizer of a GGUF file: byte-level BPE (``gpt2`` model, split by the file's ``tokenizer.ggml.pre``)
+    or SentencePiece (``llama`` model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models. Every
+    list is checked (tokens strings, merges pairs of tokens, scores numbers, types integers) before it is used."""
     model = _gguf_values(reader, path, ["tokenizer.ggml.model"]).get("tokenizer.ggml.model")
+    if model not in ("llama", "gpt2"):
+        return None
+    pre = pre_tokenizer_name(reader, path, model)
     try:
         if model == "llama":
             return _spm_tokenizer(reader, path)
-        if model != "gpt2":
-            return None
-        return _bpe_tokenizer(reader, path)
+        return _bpe_tokenizer(reader, path, pre)
     except ModelFileError:
         raise
     except Exception as err:  # the tokenizers library refusing what passed the checks
@@ -71,8 +103,12 @@ def _gguf_tokenizer(reader, path: Path):
         raise ModelFileError(f"{path}: the tokenizer cannot be built from its metadata ({type(err).__name__}: {why})") from None
 
 
-def _bpe_tokenizer(reader, path: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def _bpe_tokenizer(reader, path: Path, pre: str = "gpt2"):
+    """Byte-level BPE from the vocabulary and merges, split by the rule of ``pre`` (:data:`BPE_SPLITS`); the
+    control tokens (chat markers such as ``<|im_start|>``) special and the user-defined ones added, both matched
+    whole in the raw text. A control token spelled outside the byte alphabet cannot be one of the vocabulary's
+    byte strings and is left out, as ``transformers`` does."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
     merges = _field(reader, path, "tokenizer.ggml.merges")
@@ -86,8 +122,24 @@ def _bpe_tokenizer(reader, path: Path):
             raise ModelFileError(f"{path}: tokenizer.ggml.merges[{k}] = {m[:40]!r} is not two tokens of the vocabulary whose join is one")
         pairs.append(pair)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    rule = BPE_SPLITS[pre]
+    if rule == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif rule == "gpt2+digits":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        )
+    else:
+        split = pre_tokenizers.Split(Regex(rule), behavior="isolated")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
+    types = _field(reader, path, "tokenizer.ggml.token_type", [])
+    if types:
+        types = _numbers(types, path, "tokenizer.ggml.token_type", len(tokens), integer=True)
+        alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+        control = [tokens[i] for i in np.flatnonzero(types == CONTROL) if set(tokens[i]) <= alphabet]
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+        tok.add_tokens([AddedToken(tokens[i], normalized=False, special=False) for i in np.flatnonzero(types == USER_DEFINED)])
     return tok
 
 
