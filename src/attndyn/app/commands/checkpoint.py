@@ -15,7 +15,8 @@ def checkpoint(
     path: Annotated[
         str,
         typer.Argument(
-            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', a .gguf file or a Hugging Face folder of a decoder family (see the guide)."
+            help="'minilm' or a BERT-family folder; 'smollm2', 'gemma3', 'qwen2.5-0.5b', 'qwen2.5-1.5b' (see attndyn models), a .gguf file "
+            "or a Hugging Face folder of a decoder family (see the guide)."
         ),
     ],
     text: Annotated[str, typer.Option("--text", help="Text whose tokens start the dynamics.")] = "The quick brown fox jumps over the lazy dog.",
@@ -150,7 +151,9 @@ def _head_table(rows: list[dict], columns: tuple[str, ...]) -> None:
 
 def _is_decoder(path: str) -> bool:
     p = Path(path)
-    if path.lower() in ("smollm2", "gemma3") or p.suffix == ".gguf":
+    from attndyn.models.named import NAMED
+
+    if path.lower() in ("smollm2", "gemma3", *NAMED) or p.suffix == ".gguf":
         return True
     try:
         from attndyn.models.architectures import encoder_model_types
