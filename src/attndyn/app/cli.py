@@ -13,6 +13,7 @@ import typer
 from attndyn.app.cli_common import _one_line, console, fail, say
 from attndyn.app.commands.checkpoint import checkpoint
 from attndyn.app.commands.claims import judge, list_claims, report, reproduce
+from attndyn.app.commands.intervene import intervene
 from attndyn.app.commands.meanfield import meanfield
 from attndyn.app.commands.simulate import analyze, simulate
 from attndyn.app.commands.sweep import sweep
@@ -136,6 +137,7 @@ app.command()(reproduce)
 app.command()(report)
 app.command()(judge)
 app.command()(checkpoint)
+app.command()(intervene)
 
 
 if __name__ == "__main__":  # pragma: no cover
