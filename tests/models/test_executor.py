@@ -151,3 +151,49 @@ def test_the_decision_rule():
     assert decide([0.1, -0.1, 0.1, 0.1, 0.1], [0.3] * 5) == "undetermined (depends on the draw)"
     assert decide([-0.1] * 5, [0.1] * 5) == "cannot be told"
     assert decide([0.1] * 4, [0.3] * 4) == "cannot be told"  # fewer than 5 draws
+
+
+def _folder_with_prompts(tmp_path):
+    from tests.models.test_families import _word_tokenizer
+
+    _, folder = tiny("llama", tmp_path)
+    texts = _word_tokenizer(folder)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n\n".join([*texts, " ".join(texts[0].split()[3:]), " ".join(texts[1].split()[2:])]) + "\n")
+    return folder, prompts
+
+
+def test_intervene_writes_the_edits_with_intervals_and_nulls(tmp_path):
+    import json
+
+    from attndyn.app.cli import entry
+
+    folder, prompts = _folder_with_prompts(tmp_path)
+    out = tmp_path / "iv"
+    specs = ["zero:block=0,token=1,dim=5", "skip:block=1", "attention:block=1,with=uniform"]
+    args = ["intervene", str(folder), "--prompts", str(prompts), "--out", str(out), "--study", "depth"]
+    assert entry([*args, *(x for s in specs for x in ("--edit", s))]) == 0
+    record = json.loads((out / "interventions.json").read_text())
+    assert [e["edit"] for e in record["edits"]] == specs
+    for e in record["edits"]:
+        for key in ("nll", "kl"):
+            lo, hi = e[f"{key}_interval"]
+            assert lo <= e[key] <= hi
+        assert e["ppl_ratio_interval"][0] <= e["ppl_ratio_interval"][1]
+    assert record["edits"][0]["null"]["ppl_ratio_draws"]
+    assert len(record["edits"][0]["null"]["edits"]) == 5
+    assert record["edits"][2]["null"] is None  # uniform attention has no random place
+    assert (out / "index.html").exists()
+    assert (out / "edits.png").exists()
+    assert (out / "depth.png").exists()
+
+
+@pytest.mark.parametrize("spec", ["zero:block=9", "zero:block=0,dim=99", "nonsense", "skip:block=0,head=9"])
+def test_intervene_refuses_a_bad_edit_with_exit_2_and_writes_nothing(tmp_path, spec, capsys):
+    from attndyn.app.cli import entry
+
+    folder, prompts = _folder_with_prompts(tmp_path)
+    out = tmp_path / "iv"
+    assert entry(["intervene", str(folder), "--prompts", str(prompts), "--out", str(out), "--edit", spec]) == 2
+    assert not (out / "interventions.json").exists()
+    assert "Traceback" not in capsys.readouterr().err
