@@ -22,7 +22,7 @@ branch's logits). Measured on SmolLM2 (12 shipped prompts of 81-93 tokens, float
 process after loading, on 2 shared cores): the formula gives 0.24 GiB above the held weights (a bound: it
 counts the six float64 arrays as alive at once) against 0.188 GiB measured for the executor and 0.072 GiB
 for 12 plain :func:`forward` calls (which keep only float32 logits); the executor's extra is the loss and
-divergence's float64 work on the vocabulary, which the formula does not model.
+divergence's float64 work on the vocabulary.
 
 With no edits, a branch computes exactly what :func:`attndyn.models.decoder.forward` computes, operation for
 operation (bit-identical: tested).
