@@ -197,3 +197,17 @@ def test_intervene_refuses_a_bad_edit_with_exit_2_and_writes_nothing(tmp_path, s
     assert entry(["intervene", str(folder), "--prompts", str(prompts), "--out", str(out), "--edit", spec]) == 2
     assert not (out / "interventions.json").exists()
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "qwen3", "olmo2", "phi3", "gemma2", "llama+attention_bias"])
+@pytest.mark.parametrize(
+    "spec", ["zero:block=0,token=1,dim=5", "mean:block=0,token=1,dim=7", "skip:block=1", "skip:block=0,head=2", "skip:block=1,sublayer=attention"]
+)
+def test_the_edits_equal_transformers_hooks_in_the_other_families(tmp_path, family, spec):
+    model, folder = tiny(family, tmp_path)
+    model = exact_reference(model)
+    dec = load_decoder(folder)
+    _, edited, _ = run(dec, PROMPTS, [(0, (parse(spec),))], keep_logits=True)
+    want = _hook_reference(model, PROMPTS[0], spec, PROMPTS)
+    err = float((edited[0].logits - want).abs().max() / want.abs().max())
+    assert err < 1e-10, f"{family} {spec}: {err}"
