@@ -13,6 +13,7 @@ import typer
 from attndyn.app.cli_common import _one_line, console, fail, said, say
 from attndyn.app.commands.checkpoint import checkpoint
 from attndyn.app.commands.claims import judge, list_claims, report, reproduce
+from attndyn.app.commands.intervene import intervene
 from attndyn.app.commands.meanfield import meanfield
 from attndyn.app.commands.models import models
 from attndyn.app.commands.simulate import analyze, simulate
@@ -148,6 +149,7 @@ app.command()(report)
 app.command()(judge)
 app.command()(checkpoint)
 app.command()(models)
+app.command()(intervene)
 
 
 if __name__ == "__main__":  # pragma: no cover

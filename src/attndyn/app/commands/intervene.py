@@ -1,0 +1,87 @@
+"""``attndyn intervene``: edits of a decoder's forward, each beside its null, with bootstrap intervals."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndyn.app.cli_common import FORCE_ADOPT, console, fail, writable
+
+
+def intervene(
+    path: Annotated[str, typer.Argument(help="'smollm2', 'gemma3', a .gguf file or a Hugging Face folder of a decoder.")],
+    edit: Annotated[
+        list[str] | None,
+        typer.Option("--edit", help="An edit, e.g. zero:block=11,token=0,dim=507 or skip:blocks=3-5 (repeat; ';' joins edits made at once)."),
+    ] = None,
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="Prompts, one per paragraph (default: the shipped ones).")] = None,
+    study: Annotated[list[str] | None, typer.Option("--study", help="massive, depth or sinks (repeatable).")] = None,
+    draws: Annotated[int, typer.Option("--draws", help="Draws of each edit's null (at least 5 for a decision).")] = 5,
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
+    force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
+) -> None:
+    """Edit a decoder's forward (a residual entry zeroed, set to its mean or scaled; a block, span, sublayer or
+    head skipped; a layer's attention made uniform or without the first key; a state patched from another
+    prompt) and write interventions.json and a page: each edit's next-token loss, perplexity ratio and KL
+    from the plain output, with bootstrap intervals over prompts, beside its null."""
+    import torch
+
+    from attndyn.app.decoder_page import prompts_from
+    from attndyn.app.interventions_page import page
+    from attndyn.models import interventions as iv
+    from attndyn.models.bert import CheckpointError
+    from attndyn.models.decoder_files import load_decoder
+    from attndyn.workflow import ownership
+    from attndyn.workflow.files import write_json
+
+    specs, studies = list(edit or []), list(study or [])
+    if not specs and not studies:
+        fail("give at least one --edit SPEC or --study; accepted edit forms: " + "; ".join(iv.FORMS))
+    for s in studies:
+        if s not in iv.STUDIES:
+            fail(f"--study {s!r} is not one of {', '.join(iv.STUDIES)}")
+    for s in specs:
+        try:
+            iv.parse_all(s)
+        except ValueError as err:
+            fail(str(err))
+    if dtype not in ("float64", "float32"):
+        fail(f"--dtype {dtype!r} is not float64 or float32")
+    if draws < 1:
+        fail(f"--draws {draws} is below 1")
+    writable(out, "intervene", "attndyn intervene", force_adopt)
+    try:
+        texts = prompts_from(prompts)
+    except (OSError, UnicodeDecodeError) as err:
+        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
+    except ValueError as err:
+        fail(str(err))
+    try:
+        decoder = load_decoder(path)
+    except (CheckpointError, OSError, ValueError) as err:
+        fail(f"{path}: {err}")
+    if decoder.tokenizer is None:
+        fail(f"{path}: the model carries no tokenizer, so the prompts cannot be read")
+    ids = [decoder.encode(t) for t in texts]
+    t0 = time.perf_counter()
+    torch_dtype = getattr(torch, dtype)
+    try:
+        record = iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype) if specs else {"edits": []}
+        record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype) for s in studies}
+    except (ValueError, CheckpointError) as err:
+        fail(str(err))
+    if not specs:
+        plain = iv.plain_record(decoder, ids, dtype=torch_dtype)
+        record.update(plain)
+    record.update(model=decoder.name, dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
+    owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
+    ownership.clear(owner)
+    write_json(owner.folder / "interventions.json", record)
+    page(record, owner.folder)
+    for e in record["edits"]:
+        console.print(f"{e['edit']}: perplexity x{e['ppl_ratio']:.4g} {e['ppl_ratio_interval']}; {e['decision']}")
+    console.print(f"wrote {owner.folder / 'interventions.json'} and index.html in {record['seconds']:.1f} s")
