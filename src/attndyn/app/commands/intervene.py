@@ -24,9 +24,11 @@ def intervene(
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
-    """Edit a decoder's forward (a residual entry zeroed, set to its mean or scaled; a block, span, sublayer or
-    head skipped; a layer's attention made uniform or without the first key; a state patched from another
-    prompt) and write interventions.json and a page: each edit's next-token loss, perplexity ratio and KL
+    """Edit a decoder's forward and compare each edit's loss with its null.
+
+    The edits: a residual entry zeroed, set to its mean or scaled; a block, span, sublayer or head
+    skipped; a layer's attention made uniform or without the first key; a state patched from another
+    prompt. It writes interventions.json and a page: each edit's next-token loss, perplexity ratio and KL
     from the plain output, with bootstrap intervals over prompts, beside its null."""
     import torch
 
