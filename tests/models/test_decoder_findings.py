@@ -999,3 +999,32 @@ def test_a_drawn_null_within_rounding_is_no_difference():
     assert d["lo"][1] > 0
     raw = nulls.draws_difference(net, draws)
     assert raw["hi"][0] - raw["lo"][0] > 0
+
+
+def test_no_comparison_with_a_uniform_sink_rate_fixed_at_zero_by_construction():
+    """Issue 47 (3): token 0's mean attention over the first n queries of a uniform causal head is H_n / n
+    (the oracle: the uniform attention matrix itself), 0.074 at n = 64, below eps = 0.3, so that null's sink
+    rate is 0 whatever the prompt: the page states the value instead of "the network exceeds it"."""
+    for n in (1, 6, 10, 64):
+        assert nulls.uniform_first_share(n) == pytest.approx(nulls.uniform_causal(np.tril(np.ones((n, n), dtype=bool)))[:, 0].mean(), rel=1e-12)
+    assert nulls.uniform_first_share(64) == pytest.approx(0.0741, abs=1e-4)
+    text = nulls.uniform_sink_fixed([64, 64, 40], 0.3)
+    assert "H_40/40 = 0.107 < eps = 0.3" in text
+    assert "not made" in text
+    assert nulls.uniform_sink_fixed([64, 8], 0.3) == ""  # H_8 / 8 = 0.340: a head can cross, so the comparison is made
+    with pytest.raises(ValueError, match="n >= 1"):
+        nulls.uniform_first_share(0)
+
+
+def test_the_page_states_the_uniform_sink_value_instead_of_comparing(tmp_path, monkeypatch):
+    from attndyn.app import decoder_page
+    from attndyn.app.decoder_page import prompt_set_study
+
+    dec = _tiny(tmp_path)
+    texts = ["a", "b"]  # the tiny model has no tokenizer: its prompts are ids
+    ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
+    monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
+    _, _, study = prompt_set_study(dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", random_draws=2, shuffle_draws=2)
+    sink = [s for s in study["sentences"] if "sink rate (Gu" in s]
+    assert not [s for s in sink if "uniform causal attention in" in s]  # no "exceeds uniform causal attention in blocks ..."
+    assert [s for s in sink if s.startswith("Under uniform causal attention the sink rate (Gu") and "by construction" in s]

@@ -183,6 +183,10 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     for key in geo.NULL_KEYS:
         unit = "attention" if key in geo.ATTENTION_KEYS else "hidden"
         for name in NULLS:
+            fixed = ""
+            if name == "uniform" and key in SINK_KEYS:  # fixed by construction: the exact value instead of a comparison
+                queries = [min(n, geo.SINK_T) if key == "sink_rate" else n for n in (len(i) for i in ids)]
+                fixed = nulls.uniform_sink_fixed(queries, geo.SINK_THRESHOLD, what=METRIC_NAMES[key])
             a, b = _complete(values[key], nv[name][key])
             d = nulls.draws_difference(a, b, rounding=tol)
             if name == "random" and "random_2" in nv:  # the scale is not known: a decision must hold at both
@@ -196,6 +200,9 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
                 if draws[name] > 1:
                     rows[layer][f"{key}_null_{name}_spread"] = [float(ns["spread"][0][layer]), float(ns["spread"][1][layer])]
                 rows[layer][f"{key}_diff_{name}_ci"] = [float(d["lo"][layer]), float(d["hi"][layer])]
+            if fixed:
+                sentences.append(fixed)
+                continue
             sel = [k for k in layers if np.isfinite(d["lo"][k])]
             text = nulls.comparison_sentence(
                 METRIC_NAMES.get(key, key),
@@ -237,6 +244,7 @@ def random_name(stds: tuple[float, ...]) -> str:
     return f"random weights (the model's initialiser scale is not known: the block counts only where it holds at both {at})"
 
 
+SINK_KEYS = ("sink_rate", "sink_rate_all_queries")
 DRAW_NAMES = {"random": "{n} random-weight draws", "shuffled": "{n} shuffles of each prompt"}
 
 
@@ -813,7 +821,8 @@ def findings_text(r: dict) -> str:
         "on the pool and is defined for this pool only)."
     )
     shown = ("sink rate (Gu", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
-    lines += [f"- {s}" for s in study["sentences"] if s.startswith(tuple(f"The network's {m}" for m in shown))]
+    starts = (*(f"The network's {m}" for m in shown), "Under uniform causal attention the sink rate (Gu")
+    lines += [f"- {s}" for s in study["sentences"] if s.startswith(starts)]
     lead = r.get("leaders") or {}
     if lead:
         lines.append(leaders_sentence(lead))

@@ -29,6 +29,10 @@ Contract
   written only where it holds at both.
   ``random_decoder_on(decoder, seed, tokens)``: the same layers with the embedding rows of ``tokens``
   alone (each from its own (seed, token) stream), and the map of a prompt's ids to the model's rows.
+* ``uniform_first_share(n)``: token 0's mean attention over the first ``n`` queries of a uniform causal
+  head, exactly H_n / n (query i gives it 1/(i + 1)); ``uniform_sink_fixed(lengths, eps)``: the sentence
+  saying that uniform causal attention's sink rate is 0 by construction at these lengths (H_n / n < eps
+  for every n), or "" where it is not: a comparison with that null is then vacuous and is not made.
 * ``shuffled(ids, rng, keep)``: the prompt's tokens in a random order, the first ``keep`` left in place
   (Gemma's beginning-of-sequence token).
 * ``comparison_sentence(metric, null, layers, diff)``: the layers where the interval of the difference
@@ -204,6 +208,28 @@ def initializer_scales(decoder: Decoder) -> list[tuple[float, str]]:
         (INIT_STD, "the family's class default 0.02 (the model's own initializer_range is not known)"),
         (width, f"1/sqrt(width) = 1/sqrt({decoder.d_model}) (the model's own initializer_range is not known)"),
     ]
+
+
+def uniform_first_share(n: int) -> float:
+    """H_n / n: token 0's attention averaged over the first n queries of a uniform causal head."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"uniform_first_share needs n >= 1 queries; got {n!r}")
+    return float(sum(1.0 / k for k in range(1, int(n) + 1)) / n)
+
+
+def uniform_sink_fixed(lengths: list[int], eps: float, *, what: str = "sink rate") -> str:
+    """The exact value of uniform causal attention's ``what`` when its threshold cannot be crossed at any of
+    ``lengths`` (the queries read per prompt): H_n / n < eps for every n, so the rate is 0 by construction
+    and "the network exceeds it" holds of any network with one sink head. "" when some length crosses."""
+    shares = {int(n): uniform_first_share(int(n)) for n in lengths}
+    if not shares or max(shares.values()) >= eps:
+        return ""
+    n = min(shares)
+    return (
+        f"Under uniform causal attention the {what} is 0 by construction: token 0's mean attention over the first n queries is "
+        f"H_n / n (query i gives it 1/(i + 1)), at most H_{n}/{n} = {shares[n]:.3f} < eps = {eps} at these prompts' {n}-{max(shares)} "
+        "queries, so no head crosses eps; a comparison with it would hold for any network with one sink head and is not made."
+    )
 
 
 def _random_layers(decoder: Decoder, g: torch.Generator, std: float = INIT_STD) -> tuple[DecoderLayer, ...]:
