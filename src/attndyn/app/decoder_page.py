@@ -496,6 +496,7 @@ def decoder_report(
         "held_out": held_study,
         "per_head": heads,
         "twin": summary,
+        "twin_refused": no_twin or None,  # why this family has no particle twin (issue 48 item 7), None when it has one
         "leaders": leaders,
         "twin_per_prompt": twins,
         "regime_counts": dict(Counter(h["regime"] for h in labelled).most_common()),
@@ -973,7 +974,8 @@ def render(r: dict) -> str:
         "sublayers), and the feed-forward block's Shapley share.</p>"
         "<p>Leaders: the three tokens that receive the most attention in the real layer, against the twin's attention after its flow "
         "to t = 8 and against uniform causal attention (the null from the mask alone: tokens 0, 1, 2).</p>"
-        "<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
+        + _no_twin_note(r)
+        + "<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
         "<th>step + RoPE</th><th>flow + RoPE</th><th>step + FFN</th><th>flow + FFN</th><th>step + both</th><th>flow + both</th>"
         "<th>attention share, first</th><th>attention share, last</th><th>attention share, Shapley</th><th>FFN share, Shapley</th>"
         "<th>leader overlap, twin</th><th>leader overlap, uniform</th><th>top leader agrees, twin</th><th>top leader agrees, uniform</th>"
@@ -982,6 +984,12 @@ def render(r: dict) -> str:
         f"<h2>Per head ({len(r['per_head'])} heads)</h2>{_regime_sentence(r)}{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
     )
+
+
+def _no_twin_note(r: dict) -> str:
+    """Where the family has no particle twin, the reason (the family row's), in place of an empty table's silence."""
+    why = r.get("twin_refused")
+    return f"<p class='no-twin'>No particle twin for this model: {html.escape(why)}.</p>" if why else ""
 
 
 def _regime_sentence(r: dict) -> str:
