@@ -247,6 +247,74 @@ def test_random_decoder_is_drawn_as_the_initialiser_draws(tmp_path):
     forward(r, [1, 2, 3])
 
 
+def _folder_with_init(tmp_path, value):
+    """The tiny LLaMA folder with its config.json's initializer_range set to ``value`` (removed for None)."""
+    import json
+
+    from attndyn.models.decoder_files import read_hf_llama
+
+    from .test_decoders import tiny_llama
+
+    _, folder = tiny_llama(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("initializer_range", None)
+    if value is not None:
+        config["initializer_range"] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, read_hf_llama(folder)
+
+
+def test_the_random_weight_null_is_drawn_at_the_models_published_initialiser_scale(tmp_path):
+    """Issue 47 (1): the null is drawn at the folder's initializer_range, as ``transformers``' own
+    initialisation of that configuration draws it (the oracle: the std of the weights transformers draws),
+    not at the class default 0.02."""
+    folder, dec = _folder_with_init(tmp_path, 0.07)
+    (std, source), *rest = nulls.initializer_scales(dec)
+    assert not rest
+    assert std == 0.07
+    assert "config.json" in source
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(folder))
+    hf_std = float(torch.cat([m.weight.detach().flatten() for m in hf.modules() if isinstance(m, torch.nn.Linear)]).std())
+    r = nulls.random_decoder(dec, seed=1, std=std)
+    maps = [x.flatten() for layer in r.layers for x in (layer.W_q, layer.W_k, layer.W_v, layer.W_o, layer.gate, layer.up, layer.down)]
+    ours = float(torch.cat(maps).std())
+    assert ours == pytest.approx(hf_std, rel=0.05)
+    assert hf_std == pytest.approx(0.07, rel=0.05)  # and not 0.02
+    m, _ = nulls.random_decoder_on(dec, 1, [3, 4], std=std)
+    assert float(m.embed.std()) == pytest.approx(0.07, rel=0.5)
+    for bad in (0, -1.0, float("nan"), True, "0.02"):
+        with pytest.raises(ValueError, match="std"):
+            nulls.random_decoder(dec, std=bad)
+
+
+def test_an_unknown_initialiser_scale_draws_the_null_at_both_candidates(tmp_path):
+    """Without initializer_range: the family default and 1/sqrt(width), and the page's comparison with random
+    weights holds a block only where it holds at both (the hull of the two intervals)."""
+    _, dec = _folder_with_init(tmp_path, None)
+    scales = nulls.initializer_scales(dec)
+    assert [s for s, _ in scales] == [0.02, pytest.approx(1 / math.sqrt(dec.d_model))]
+    assert all("not known" in why for _, why in scales)
+    _, bad = _folder_with_init(tmp_path / "bad", "wide")
+    with pytest.raises(ValueError, match="initializer_range 'wide'"):
+        nulls.initializer_scales(bad)
+
+
+def test_the_named_gguf_models_carry_their_published_initialiser_scale():
+    """The GGUF files carry no initializer_range: the pinned value by the file's SHA-256 (SmolLM2-135M was
+    configured at 1/sqrt(hidden size), the issue's 0.0417)."""
+    from attndyn.models.decoder_files import load_decoder, smollm2_available
+
+    ok, why = smollm2_available()
+    if not ok:
+        pytest.skip(why)
+    dec = load_decoder("smollm2", lazy=True)
+    [(std, source)] = nulls.initializer_scales(dec)
+    assert std == pytest.approx(1 / math.sqrt(dec.d_model), rel=1e-12)
+    assert std == pytest.approx(0.0417, abs=1e-4)
+    assert "SmolLM2-135M" in source
+
+
 def test_a_random_decoder_drawn_for_some_tokens_is_the_same_model_on_them(tmp_path):
     """Only the rows of the prompts' tokens are drawn, each from its own (seed, token) stream: a row does
     not depend on which other tokens are drawn, the layers are the full draw's, and a forward on the mapped
@@ -931,3 +999,32 @@ def test_a_drawn_null_within_rounding_is_no_difference():
     assert d["lo"][1] > 0
     raw = nulls.draws_difference(net, draws)
     assert raw["hi"][0] - raw["lo"][0] > 0
+
+
+def test_no_comparison_with_a_uniform_sink_rate_fixed_at_zero_by_construction():
+    """Issue 47 (3): token 0's mean attention over the first n queries of a uniform causal head is H_n / n
+    (the oracle: the uniform attention matrix itself), 0.074 at n = 64, below eps = 0.3, so that null's sink
+    rate is 0 whatever the prompt: the page states the value instead of "the network exceeds it"."""
+    for n in (1, 6, 10, 64):
+        assert nulls.uniform_first_share(n) == pytest.approx(nulls.uniform_causal(np.tril(np.ones((n, n), dtype=bool)))[:, 0].mean(), rel=1e-12)
+    assert nulls.uniform_first_share(64) == pytest.approx(0.0741, abs=1e-4)
+    text = nulls.uniform_sink_fixed([64, 64, 40], 0.3)
+    assert "H_40/40 = 0.107 < eps = 0.3" in text
+    assert "not made" in text
+    assert nulls.uniform_sink_fixed([64, 8], 0.3) == ""  # H_8 / 8 = 0.340: a head can cross, so the comparison is made
+    with pytest.raises(ValueError, match="n >= 1"):
+        nulls.uniform_first_share(0)
+
+
+def test_the_page_states_the_uniform_sink_value_instead_of_comparing(tmp_path, monkeypatch):
+    from attndyn.app import decoder_page
+    from attndyn.app.decoder_page import prompt_set_study
+
+    dec = _tiny(tmp_path)
+    texts = ["a", "b"]  # the tiny model has no tokenizer: its prompts are ids
+    ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
+    monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
+    _, _, study = prompt_set_study(dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", random_draws=2, shuffle_draws=2)
+    sink = [s for s in study["sentences"] if "sink rate (Gu" in s]
+    assert not [s for s in sink if "uniform causal attention in" in s]  # no "exceeds uniform causal attention in blocks ..."
+    assert [s for s in sink if s.startswith("Under uniform causal attention the sink rate (Gu") and "by construction" in s]

@@ -11,6 +11,7 @@ sub-layers, a parallel residual with partial rotary, fused maps, soft-capping wi
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -278,6 +279,12 @@ def test_the_decoder_page_reads_the_new_families(tmp_path, one_worker, family, t
     record = decoder_report(str(folder), prompts=prompts, out=tmp_path / "page", dtype=torch.float64)
     assert len(record["twin"]) == twins  # one summary a twin layer: layer 0 of 2, or none
     assert sum(record["regime_counts"].values()) == 2 * 4
+    why = twin_refusal(load_decoder(folder))  # the page says why there is no twin (issue 48 item 7)
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert (why is not None) == ("No particle twin for this model" in page)
+    assert (twins == 0) == (why is not None)
+    if why:
+        assert html.escape(why) in page
     if family == "gpt_neox":
         with pytest.raises(CheckpointError, match="parallel residual"):
             decoder_report(str(folder), prompts=prompts, out=tmp_path / "page2", twin_layers=(0,), dtype=torch.float64)

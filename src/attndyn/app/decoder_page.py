@@ -78,7 +78,8 @@ NULL_DTYPE = torch.float32  # the nulls' forwards (module docstring): their draw
 
 
 def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DTYPE, *, random_draws: int = nulls.RANDOM_DRAWS,
-                shuffle_draws: int = nulls.SHUFFLE_DRAWS, seed: int = 0) -> tuple[dict, dict]:  # fmt: skip
+                shuffle_draws: int = nulls.SHUFFLE_DRAWS, seed: int = 0,
+                stds: tuple[float, ...] = (nulls.INIT_STD,)) -> tuple[dict, dict]:  # fmt: skip
     """The three nulls' per-layer values (:data:`~attndyn.models.decoder_geometry.NULL_KEYS`) on the prompts
     ``ids``, their forwards run in ``dtype``: ``{null: {key: (prompts, draws, L + 1)}}`` for uniform causal
     attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn from seed + k
@@ -89,7 +90,11 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
     then runs it on every prompt: one model a worker in memory), then a forward a job for the uniform and
     shuffled nulls. Each job reduces its forwards to their values before it returns, so nothing larger
     than a prompt's table comes back; each job depends on its index alone (the permutations are drawn here,
-    in order), so the numbers do not depend on the worker count."""
+    in order), so the numbers do not depend on the worker count.
+
+    ``stds``: the initialiser scales of the random-weight null (:func:`~attndyn.models.decoder_nulls.initializer_scales`);
+    with a second one (the model's own is not known) the same draws are made at it as well, returned as
+    the null ``random_2``."""
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
     rng = np.random.default_rng(seed)
     shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]
@@ -102,21 +107,24 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
 
     tokens = sorted({t for i in ids for t in i})  # a shuffle permutes a prompt's tokens: no other rows are read
 
-    def random_job(k: int) -> list[dict]:
-        model, rows = nulls.random_decoder_on(dec, seed + k, tokens)  # drawn in float32, the prompts' rows alone
+    def random_job(k: int, std: float) -> list[dict]:
+        model, rows = nulls.random_decoder_on(dec, seed + k, tokens, std)  # drawn in float32, the prompts' rows alone
         model = model if dtype == torch.float32 else with_dtype(model, dtype)
         return [values(model, rows(i), "softmax") for i in ids]
 
     P = len(ids)
-    jobs: list[Callable[[], object]] = [lambda k=k: random_job(k) for k in range(random_draws)]  # the longest first
+    R = random_draws * len(stds)
+    jobs: list[Callable[[], object]] = [lambda k=k, s=s: random_job(k, s) for s in stds for k in range(random_draws)]  # the longest first
     jobs += [lambda i=i: values(run, i, "uniform") for i in ids]
     jobs += [lambda i=i: values(run, i, "softmax") for draw in shuffles for i in draw]
     out = pmap(lambda j: jobs[j](), len(jobs))
     runs = {
-        "uniform": [out[random_draws : random_draws + P]],
+        "uniform": [out[R : R + P]],
         "random": out[:random_draws],
-        "shuffled": [out[random_draws + P * (1 + s) : random_draws + P * (2 + s)] for s in range(shuffle_draws)],
+        "shuffled": [out[R + P * (1 + s) : R + P * (2 + s)] for s in range(shuffle_draws)],
     }
+    if len(stds) > 1:
+        runs["random_2"] = out[random_draws : 2 * random_draws]
     stacked = {
         name: {key: np.stack([np.stack([v[key] for v in draw]) for draw in draws], axis=1) for key in geo.NULL_KEYS} for name, draws in runs.items()
     }
@@ -152,19 +160,22 @@ def split_nulls(null: tuple[dict, dict], start: int, stop: int) -> tuple[dict, d
 
 def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False,
                      random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS,
-                     null_dtype: torch.dtype = NULL_DTYPE, null: tuple[dict, dict] | None = None) -> tuple[list, dict, dict]:  # fmt: skip
+                     null_dtype: torch.dtype = NULL_DTYPE, null: tuple[dict, dict] | None = None,
+                     stds: tuple[float, ...] = (nulls.INIT_STD,)) -> tuple[list, dict, dict]:  # fmt: skip
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
     intervals, the nulls' means over prompts and draws, their spread over draws, and the interval of the
     difference by the two-level bootstrap over prompts and draws) and the set's summary (Sink_1^eps at
     T = 64, the sentences). With ``cut`` (the shipped prompts, a default that must fit the model read) a
     prompt longer than the context is cut to it; a prompt the user gave is refused instead (``forward``'s
     PromptError names the context). ``null``: :func:`null_values` of these prompts (in ``null_dtype``) when
-    the caller ran them already (the page runs the nulls of both prompt sets in one pool)."""
+    the caller ran them already (the page runs the nulls of both prompt sets in one pool). ``stds``: the
+    random-weight null's initialiser scales; with two (the model's own is not known), a block counts as
+    above or below random weights only where it is at both scales (the hull of the two intervals)."""
     ids = prompt_ids(dec, texts, cut=cut)
     fws = forwards([(dec, i, "softmax") for i in ids], dtype)
     values = layer_values(fws, clusters=clusters)
     rows = geo.layer_table(fws, values=values)
-    nv, draws = null if null is not None else null_values(dec, ids, null_dtype, random_draws=random_draws, shuffle_draws=shuffle_draws)
+    nv, draws = null if null is not None else null_values(dec, ids, null_dtype, random_draws=random_draws, shuffle_draws=shuffle_draws, stds=stds)
     # a difference within the rounding of the coarser of the two runs is no difference (layer 0 of the shuffled null)
     tol = max(nulls.rounding(dtype), nulls.rounding(null_dtype))
     layers = list(range(len(rows)))
@@ -172,8 +183,15 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     for key in geo.NULL_KEYS:
         unit = "attention" if key in geo.ATTENTION_KEYS else "hidden"
         for name in NULLS:
+            fixed = ""
+            if name == "uniform" and key in SINK_KEYS:  # fixed by construction: the exact value instead of a comparison
+                queries = [min(n, geo.SINK_T) if key == "sink_rate" else n for n in (len(i) for i in ids)]
+                fixed = nulls.uniform_sink_fixed(queries, geo.SINK_THRESHOLD, what=METRIC_NAMES[key])
             a, b = _complete(values[key], nv[name][key])
             d = nulls.draws_difference(a, b, rounding=tol)
+            if name == "random" and "random_2" in nv:  # the scale is not known: a decision must hold at both
+                d2 = nulls.draws_difference(*_complete(values[key], nv["random_2"][key]), rounding=tol)
+                d = d | {"lo": np.fmin(d["lo"], d2["lo"]), "hi": np.fmax(d["hi"], d2["hi"])}
             diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()}
             ns = nulls.draws_summary(b)
             mean = _column_means(b.reshape(b.shape[0] * b.shape[1], -1))
@@ -182,10 +200,13 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
                 if draws[name] > 1:
                     rows[layer][f"{key}_null_{name}_spread"] = [float(ns["spread"][0][layer]), float(ns["spread"][1][layer])]
                 rows[layer][f"{key}_diff_{name}_ci"] = [float(d["lo"][layer]), float(d["hi"][layer])]
+            if fixed:
+                sentences.append(fixed)
+                continue
             sel = [k for k in layers if np.isfinite(d["lo"][k])]
             text = nulls.comparison_sentence(
                 METRIC_NAMES.get(key, key),
-                NULL_NAMES[name],
+                random_name(stds) if name == "random" else NULL_NAMES[name],
                 sel,
                 {k: [d[k][j] for j in sel] for k in ("lo", "hi")},
                 pool=pool,
@@ -215,6 +236,15 @@ def _complete(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (a[keep], b[keep]) if keep.any() else (a, b)
 
 
+def random_name(stds: tuple[float, ...]) -> str:
+    """The random-weight null named with the initialiser scale(s) it was drawn at."""
+    if len(stds) == 1:
+        return f"random weights (drawn at the model's initialiser scale, N(0, {stds[0]:.3g}^2))"
+    at = " and ".join(f"N(0, {s:.3g}^2)" for s in stds)
+    return f"random weights (the model's initialiser scale is not known: the block counts only where it holds at both {at})"
+
+
+SINK_KEYS = ("sink_rate", "sink_rate_all_queries")
 DRAW_NAMES = {"random": "{n} random-weight draws", "shuffled": "{n} shuffles of each prompt"}
 
 
@@ -368,22 +398,28 @@ def decoder_report(
     run = with_dtype(dec, dtype)
     ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
     step(f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')})")
-    null = null_values(dec, ids)  # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors
+    init = nulls.initializer_scales(dec)
+    stds = tuple(s for s, _ in init)
+    null = null_values(dec, ids, stds=stds)  # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors
     P = len(prompts)
     step(f"forward passes and token geometry of {P} prompts")
-    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P))
+    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P), stds=stds)
+    study["null_init"] = [{"std": s, "source": why} for s, why in init]
     held_study = None
     if held:
         step(f"the held-out set: {len(held)} prompts")
         _, held_layers, held_study = prompt_set_study(
-            run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped, null=split_nulls(null, P, len(ids))
-        )
+            run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped,
+            null=split_nulls(null, P, len(ids)), stds=stds,
+        )  # fmt: skip
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
     step(
         f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, the particle twins, "
         "and the random-weights null of the regimes and the sublayer shares"
     )
-    heads, head_regimes, twins, (null_regimes, null_shares) = _heads_and_twins(dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers, dtype)
+    heads, head_regimes, twins, (null_regimes, null_shares) = _heads_and_twins(
+        dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers, dtype, stds[0]
+    )
     by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
@@ -460,6 +496,7 @@ def decoder_report(
         "held_out": held_study,
         "per_head": heads,
         "twin": summary,
+        "twin_refused": no_twin or None,  # why this family has no particle twin (issue 48 item 7), None when it has one
         "leaders": leaders,
         "twin_per_prompt": twins,
         "regime_counts": dict(Counter(h["regime"] for h in labelled).most_common()),
@@ -488,8 +525,9 @@ def decoder_report(
 
 
 def _heads_and_twins(
-    dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype
-) -> tuple[list, list, list, tuple[list, dict]]:
+    dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype,
+    std: float = nulls.INIT_STD,
+) -> tuple[list, list, list, tuple[list, dict]]:  # fmt: skip
     """The head table, the heads' regimes, the particle twins and the random-weights null of the regimes and
     of the sublayer shares, as one list of independent jobs over the worker processes (the regimes, the
     longest, first; then the table and the null; then one job a twin's layer and prompt): each job runs
@@ -497,17 +535,19 @@ def _heads_and_twins(
     jobs = [
         lambda: regimes.head_regimes(dec, regime_layers),
         lambda: geo.head_table(dec),
-        lambda: _random_null(dec, fws, regime_layers, twin_layers, dtype),
+        lambda: _random_null(dec, fws, regime_layers, twin_layers, dtype, std),
         *geo.twin_jobs(run, fws, twin_layers),
     ]
     out = pmap(lambda k: jobs[k](), len(jobs))
     return out[1], out[0], out[3:], out[2]
 
 
-def _random_null(dec: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype) -> tuple[list, dict]:
+def _random_null(
+    dec: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype, std: float = nulls.INIT_STD
+) -> tuple[list, dict]:
     """The first random-weights draw (gain 1, folded as the network's): its heads' regimes, and its sublayer
     shares at each twin layer on each twin prompt, ``{(layer, prompt): shares}``."""
-    random_dec, rows = nulls.random_decoder_on(dec, 0, sorted({t for f in fws for t in f.ids}))
+    random_dec, rows = nulls.random_decoder_on(dec, 0, sorted({t for f in fws for t in f.ids}), std)
     null_regimes = regimes.head_regimes(random_dec, regime_layers, draws=0)
     model = with_dtype(random_dec, dtype)
     shares = {}
@@ -730,7 +770,8 @@ def regime_sentence(r: dict) -> str:
     if groups:
         text += f" (over each of {len(groups)} disjoint sets of {draws['draws'] // len(groups)} draws: {', '.join(str(g) for g in groups)})"
     if null:
-        text += f". Null: the same architecture with random weights (N(0, {nulls.INIT_STD}^2), norm gain 1, folded the same way): " + ", ".join(
+        init = (r.get("study") or {}).get("null_init") or [{"std": nulls.INIT_STD}]
+        text += f". Null: the same architecture with random weights (N(0, {init[0]['std']:.3g}^2), norm gain 1, folded the same way): " + ", ".join(
             f"{k} {null.get(k, 0)}" for k in dict.fromkeys([*counts, *null])
         )
     return text + "."
@@ -751,6 +792,15 @@ def findings_text(r: dict) -> str:
              + (f", and for the random-weights and shuffled-token nulls also over their draws ({draws.get('random')} random-weight "
                 f"models, {draws.get('shuffled')} shuffles of each prompt; a null's range over its draws is given beside it)" if draws else "")
              + f". {nulls.LAYER_CONVENTION}"]  # fmt: skip
+    init = study.get("null_init")
+    if init:
+        lines[0] += " The random weights are drawn at " + (
+            f"the model's initialiser scale, N(0, {init[0]['std']:.3g}^2) ({init[0]['source']})."
+            if len(init) == 1
+            else "both "
+            + " and ".join(f"N(0, {i['std']:.3g}^2) ({i['source']})" for i in init)
+            + "; a difference to them is stated only where it holds at both."
+        )
     s1 = dict(study["sink_1"])
     if study.get("sink_1_all_queries"):
         s1["all_queries"] = study["sink_1_all_queries"]
@@ -772,7 +822,8 @@ def findings_text(r: dict) -> str:
         "on the pool and is defined for this pool only)."
     )
     shown = ("sink rate (Gu", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
-    lines += [f"- {s}" for s in study["sentences"] if s.startswith(tuple(f"The network's {m}" for m in shown))]
+    starts = (*(f"The network's {m}" for m in shown), "Under uniform causal attention the sink rate (Gu")
+    lines += [f"- {s}" for s in study["sentences"] if s.startswith(starts)]
     lead = r.get("leaders") or {}
     if lead:
         lines.append(leaders_sentence(lead))
@@ -809,7 +860,7 @@ def findings_record(r: dict) -> dict:
             "regime_counts_null_random")  # fmt: skip
     out = {k: r.get(k) for k in keep}
     out["per_layer"] = [{k: row[k] for k in FINDINGS_LAYER_KEYS if k in row} for row in r["per_layer"]]
-    out["study"] = {k: r["study"][k] for k in ("pool", "sink_1", "sink_1_all_queries", "null_draws", "sentences") if k in r["study"]}
+    out["study"] = {k: r["study"][k] for k in ("pool", "sink_1", "sink_1_all_queries", "null_draws", "null_init", "sentences") if k in r["study"]}
     twin_keys = (
         "layer",
         "prompts",
@@ -923,7 +974,8 @@ def render(r: dict) -> str:
         "sublayers), and the feed-forward block's Shapley share.</p>"
         "<p>Leaders: the three tokens that receive the most attention in the real layer, against the twin's attention after its flow "
         "to t = 8 and against uniform causal attention (the null from the mask alone: tokens 0, 1, 2).</p>"
-        "<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
+        + _no_twin_note(r)
+        + "<table><tr><th>layer</th><th>identity</th><th>one step</th><th>flow</th><th>best beta</th>"
         "<th>step + RoPE</th><th>flow + RoPE</th><th>step + FFN</th><th>flow + FFN</th><th>step + both</th><th>flow + both</th>"
         "<th>attention share, first</th><th>attention share, last</th><th>attention share, Shapley</th><th>FFN share, Shapley</th>"
         "<th>leader overlap, twin</th><th>leader overlap, uniform</th><th>top leader agrees, twin</th><th>top leader agrees, uniform</th>"
@@ -932,6 +984,12 @@ def render(r: dict) -> str:
         f"<h2>Per head ({len(r['per_head'])} heads)</h2>{_regime_sentence(r)}{heads_table}"
         f"{TABLE_SCRIPT}</body></html>"
     )
+
+
+def _no_twin_note(r: dict) -> str:
+    """Where the family has no particle twin, the reason (the family row's), in place of an empty table's silence."""
+    why = r.get("twin_refused")
+    return f"<p class='no-twin'>No particle twin for this model: {html.escape(why)}.</p>" if why else ""
 
 
 def _regime_sentence(r: dict) -> str:

@@ -82,7 +82,7 @@ def run(config: Config) -> Result:
     u_values = geo.layer_values(uniform, clusters=False)
     arrays["uniform_sink_rate"] = u_values["sink_rate"]
     arrays["uniform_leaders"] = np.array([[geo.leaders_of(P.double().numpy()) for P in fw.attentions] for fw in uniform])
-    random_dec = nulls.random_decoder(dec, 0)
+    random_dec = nulls.random_decoder(dec, 0, nulls.initializer_scales(dec)[0][0])  # the model's own scale (issue 47)
     arrays["random_sink_1"] = geo.sink_1(geo.layer_values([forward(random_dec, i, dtype=DTYPE) for i in ids], clusters=False))
     f = config.rope_base_factor
     turned = (

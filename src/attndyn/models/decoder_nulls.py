@@ -16,11 +16,23 @@ Contract
 * ``uniform_causal(mask)``: the attention of a head that attends uniformly to what its mask lets it
   see; ``uniform_leaders(n, top)`` its leaders, exactly ``[0, 1, ..., top - 1]`` for a causal mask (column
   j receives ``(1/n) sum_{i >= j} 1/(i + 1)``, which decreases in j).
-* ``random_decoder(decoder, seed)``: the same architecture with weights drawn as its configuration's
-  initialiser draws them (``transformers``' ``_init_weights`` for LLaMA, Gemma 3 and GPT-2: every linear
-  map and embedding from N(0, 0.02^2), biases 0, norm multipliers 1; Gemma's ``1 + w`` with w = 0).
+* ``random_decoder(decoder, seed, std=INIT_STD)``: the same architecture with weights drawn as its
+  configuration's initialiser draws them (``transformers``' ``_init_weights`` for LLaMA, Gemma 3 and GPT-2:
+  every linear map and embedding from N(0, std^2), biases 0, norm multipliers 1; Gemma's ``1 + w`` with
+  w = 0). ``std`` is the model's published ``initializer_range`` (:func:`initializer_scales`), not the
+  configuration class's default 0.02: SmolLM2-135M was configured with 1/sqrt(576) = 0.0417, and at 0.02 its
+  null reverses a finding (issue 47).
+* ``initializer_scales(decoder)``: ``[(std, source)]``, the scale the model was initialised at: a folder's
+  ``config.json`` ``initializer_range``; for a GGUF file (which does not carry it) the published value
+  pinned beside the file's SHA-256 in :data:`PUBLISHED_INIT`, with its source. Where neither is known, two
+  entries: the family's class default (0.02) and 1/sqrt(width); a finding against random weights is then
+  written only where it holds at both.
   ``random_decoder_on(decoder, seed, tokens)``: the same layers with the embedding rows of ``tokens``
   alone (each from its own (seed, token) stream), and the map of a prompt's ids to the model's rows.
+* ``uniform_first_share(n)``: token 0's mean attention over the first ``n`` queries of a uniform causal
+  head, exactly H_n / n (query i gives it 1/(i + 1)); ``uniform_sink_fixed(lengths, eps)``: the sentence
+  saying that uniform causal attention's sink rate is 0 by construction at these lengths (H_n / n < eps
+  for every n), or "" where it is not: a comparison with that null is then vacuous and is not made.
 * ``shuffled(ids, rng, keep)``: the prompt's tokens in a random order, the first ``keep`` left in place
   (Gemma's beginning-of-sequence token).
 * ``comparison_sentence(metric, null, layers, diff)``: the layers where the interval of the difference
@@ -30,7 +42,10 @@ Contract
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,7 +54,18 @@ from attndyn.models.decoder import Decoder, DecoderLayer
 
 BOOTSTRAP = 2000  # resamples of the prompts
 LEVEL = 0.95
-INIT_STD = 0.02  # initializer_range of LlamaConfig, Gemma3TextConfig and GPT2Config
+INIT_STD = 0.02  # the class default initializer_range of LlamaConfig, Gemma3TextConfig and GPT2Config
+# GGUF files by SHA-256: the initializer_range of the published config.json of the model they quantise
+PUBLISHED_INIT = {
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53": (
+        1 / 576**0.5,
+        "initializer_range 0.041666666666666664 = 1/sqrt(576) in HuggingFaceTB/SmolLM2-135M's config.json",
+    ),
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818": (
+        0.02,
+        "initializer_range 0.02 in google/gemma-3-270m's config.json (the Gemma 3 configurations' published value)",
+    ),
+}
 RANDOM_DRAWS = 4  # random-weight models drawn (each a whole model, shared by the prompts)
 SHUFFLE_DRAWS = 8  # permutations of each prompt
 
@@ -154,8 +180,60 @@ def uniform_leaders(n: int, top: int = 3) -> list[int]:
     return list(range(min(top, n)))
 
 
-def _random_layers(decoder: Decoder, g: torch.Generator) -> tuple[DecoderLayer, ...]:
-    """Every layer drawn as the initialiser draws it: the linear maps from N(0, INIT_STD^2) in the order of
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def initializer_scales(decoder: Decoder) -> list[tuple[float, str]]:
+    """The standard deviation the model's weights were initialised at, with where it was read (module
+    docstring): one entry when known, else the family default and 1/sqrt(width), each with its reason."""
+    src = Path(decoder.source)
+    config = src / "config.json"
+    if src.is_dir() and config.is_file():
+        value = json.loads(config.read_text()).get("initializer_range")
+        if value is not None:
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")):
+                raise ValueError(f"{config}: initializer_range {value!r} is not a positive number")
+            return [(float(value), f"initializer_range {value} in {config}")]
+    elif src.is_file() and src.suffix == ".gguf":
+        known = PUBLISHED_INIT.get(_sha256(src))
+        if known is not None:
+            return [known]
+    width = 1 / decoder.d_model**0.5
+    return [
+        (INIT_STD, "the family's class default 0.02 (the model's own initializer_range is not known)"),
+        (width, f"1/sqrt(width) = 1/sqrt({decoder.d_model}) (the model's own initializer_range is not known)"),
+    ]
+
+
+def uniform_first_share(n: int) -> float:
+    """H_n / n: token 0's attention averaged over the first n queries of a uniform causal head."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"uniform_first_share needs n >= 1 queries; got {n!r}")
+    return float(sum(1.0 / k for k in range(1, int(n) + 1)) / n)
+
+
+def uniform_sink_fixed(lengths: list[int], eps: float, *, what: str = "sink rate") -> str:
+    """The exact value of uniform causal attention's ``what`` when its threshold cannot be crossed at any of
+    ``lengths`` (the queries read per prompt): H_n / n < eps for every n, so the rate is 0 by construction
+    and "the network exceeds it" holds of any network with one sink head. "" when some length crosses."""
+    shares = {int(n): uniform_first_share(int(n)) for n in lengths}
+    if not shares or max(shares.values()) >= eps:
+        return ""
+    n = min(shares)
+    return (
+        f"Under uniform causal attention the {what} is 0 by construction: token 0's mean attention over the first n queries is "
+        f"H_n / n (query i gives it 1/(i + 1)), at most H_{n}/{n} = {shares[n]:.3f} < eps = {eps} at these prompts' {n}-{max(shares)} "
+        "queries, so no head crosses eps; a comparison with it would hold for any network with one sink head and is not made."
+    )
+
+
+def _random_layers(decoder: Decoder, g: torch.Generator, std: float = INIT_STD) -> tuple[DecoderLayer, ...]:
+    """Every layer drawn as the initialiser draws it: the linear maps from N(0, std^2) in the order of
     the fields, norm multipliers 1, biases 0."""
     layers = []
     for L in decoder.layers:
@@ -163,7 +241,7 @@ def _random_layers(decoder: Decoder, g: torch.Generator) -> tuple[DecoderLayer, 
         for f in dataclasses.fields(DecoderLayer):
             t = getattr(L, f.name)
             if f.name in ("W_q", "W_k", "W_v", "W_o", "gate", "up", "down"):
-                fields[f.name] = _normal(t, g)
+                fields[f.name] = _normal(t, g, std)
             elif f.name.endswith("norm"):
                 fields[f.name] = None if t is None else torch.ones(t.shape, dtype=torch.float32)
             else:  # biases, LayerNorm biases
@@ -172,8 +250,8 @@ def _random_layers(decoder: Decoder, g: torch.Generator) -> tuple[DecoderLayer, 
     return tuple(layers)
 
 
-def _normal(t: torch.Tensor | None, g: torch.Generator) -> torch.Tensor | None:
-    return None if t is None else torch.randn(t.shape, generator=g, dtype=torch.float32).mul_(INIT_STD)
+def _normal(t: torch.Tensor | None, g: torch.Generator, std: float = INIT_STD) -> torch.Tensor | None:
+    return None if t is None else torch.randn(t.shape, generator=g, dtype=torch.float32).mul_(std)
 
 
 def _ones(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -184,13 +262,20 @@ def _zeros(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else torch.zeros(t.shape, dtype=torch.float32)
 
 
-def random_decoder(decoder: Decoder, seed: int = 0) -> Decoder:
+def _check_std(std: float) -> float:
+    if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < float("inf"):
+        raise ValueError(f"the initialiser scale std must be a positive number; got {std!r}")
+    return float(std)
+
+
+def random_decoder(decoder: Decoder, seed: int = 0, std: float = INIT_STD) -> Decoder:
     """The same architecture, its weights drawn as the configuration's initialiser draws them (module
     docstring): the layers, then the embeddings, the output head (when not tied) and the position
     embeddings, from one generator seeded with ``seed``."""
+    std = _check_std(std)
     g = torch.Generator().manual_seed(seed)
-    layers = _random_layers(decoder, g)
-    embed = _normal(decoder.embed, g)
+    layers = _random_layers(decoder, g, std)
+    embed = _normal(decoder.embed, g, std)
     tied = decoder.head is decoder.embed or (decoder.head.shape == decoder.embed.shape and torch.equal(decoder.head, decoder.embed))
     return dataclasses.replace(
         decoder,
@@ -198,21 +283,21 @@ def random_decoder(decoder: Decoder, seed: int = 0) -> Decoder:
         embed=embed,
         layers=layers,
         norm=_ones(decoder.norm),
-        head=embed if tied else _normal(decoder.head, g),
+        head=embed if tied else _normal(decoder.head, g, std),
         norm_bias=_zeros(decoder.norm_bias),
-        pos_embed=_normal(decoder.pos_embed, g),
+        pos_embed=_normal(decoder.pos_embed, g, std),
     )
 
 
-def token_row(seed: int, token: int, d: int) -> torch.Tensor:
+def token_row(seed: int, token: int, d: int, std: float = INIT_STD) -> torch.Tensor:
     """Token ``token``'s embedding row in the random model of ``seed`` drawn on tokens
     (:func:`random_decoder_on`): its own stream, NumPy's SeedSequence of the pair (torch's generator keeps
     only 32 bits of a seed), so a row does not depend on which other tokens are drawn."""
     row = np.random.default_rng([seed, token]).standard_normal(d, dtype=np.float32)
-    return torch.from_numpy(row).mul_(INIT_STD)
+    return torch.from_numpy(row).mul_(std)
 
 
-def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int]) -> tuple[Decoder, Callable[[list[int]], list[int]]]:
+def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int], std: float = INIT_STD) -> tuple[Decoder, Callable[[list[int]], list[int]]]:
     """A random-weight model (:func:`random_decoder`'s layers of ``seed``) whose vocabulary is ``tokens``
     alone, and the map from a prompt of those tokens to the model's ids.
 
@@ -229,18 +314,19 @@ def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int]) -> tuple[D
     bad = [t for t in rows if not 0 <= t < vocab]
     if bad:
         raise ValueError(f"random_decoder_on: token {bad[0]} is not in 0..{vocab - 1}")
+    std = _check_std(std)
     index = {t: r for r, t in enumerate(rows)}
     g = torch.Generator().manual_seed(seed)
-    embed = torch.stack([token_row(seed, t, d) for t in rows])
+    embed = torch.stack([token_row(seed, t, d, std) for t in rows])
     model = dataclasses.replace(
         decoder,
         name=f"{decoder.name} (random weights, seed {seed}, {len(rows)} tokens)",
         embed=embed,
-        layers=_random_layers(decoder, g),
+        layers=_random_layers(decoder, g, std),
         norm=_ones(decoder.norm),
         head=embed,
         norm_bias=_zeros(decoder.norm_bias),
-        pos_embed=_normal(decoder.pos_embed, g),
+        pos_embed=_normal(decoder.pos_embed, g, std),
         tokenizer=None,
         bos_id=index.get(decoder.bos_id) if decoder.bos_id is not None else None,
     )
