@@ -15,7 +15,7 @@ from attndyn.models.decoder import forward
 from tests.helpers import one_gguf_parse
 
 transformers = pytest.importorskip("transformers")
-pytestmark = [pytest.mark.checkpoint, pytest.mark.slow]
+pytestmark = [pytest.mark.checkpoint, pytest.mark.slow, pytest.mark.oracle]  # minutes and 6.5 GiB: not in make test
 
 BOUND = 1e-4  # float32 on both sides, 24 layers: measured largest 3.3e-6 (guide), 30x below
 PROMPTS3 = [
