@@ -10,7 +10,7 @@ folder it made, ``"live"`` for the sweep's ledger and lock, which SQLite and the
 place), and ``previous``: what a rerun moved into ``.previous/``, with the same hashes; and ``mac``, an
 HMAC-SHA256 of all of that under the user's own secret (``$XDG_CONFIG_HOME/attndyn/marker.key``, made
 on first use with mode 0600, refused when anyone else can read it). A hash proves a file's content,
-not who wrote the marker: a marker that does not verify (hand-written, of the format before 0.4, or
+not who wrote the marker: a marker that does not verify (hand-written, of the unsigned marker format 2, or
 signed under another key: another machine, a changed HOME, a container) proves nothing, and its
 folder is a foreign one, adopted only with ``--force-adopt``. Only the process that claims a folder
 signs its marker: a sweep's driver, never its Dask workers (they return results to the driver).
@@ -484,7 +484,7 @@ def _disproof(folder: Path, kind: str) -> str | None:
     if proof is None:
         return (
             f"has a marker {MARKER} that does not verify under this user's attndyn key ({key_path()}): written by hand, by an"
-            " attndyn before 0.4, or under another key (another machine, a changed HOME, a container)"
+            " attndyn whose markers were unsigned (format 2), or under another key (another machine, a changed HOME, a container)"
         )
     changed = []
     for rel, recorded in proof["files"].items():
