@@ -1,7 +1,7 @@
 """The noisy USA transformer's transition on S^{d-1}: continuous below beta*(d), discontinuous with hysteresis above
 (arXiv 2606.05140, abstract and §1; arXiv 2604.16288 for d = 2).
 
-Convention (SPEC §8.7): dX_i = P_{X_i}((1/n) sum_j e^{beta <X_i, X_j>} X_j) dt + sqrt(2 / kappa) dW_i. The paper's
+Convention (the `noisy` claim's): dX_i = P_{X_i}((1/n) sum_j e^{beta <X_i, X_j>} X_j) dt + sqrt(2 / kappa) dW_i. The paper's
 coupling K multiplies the interaction against unit diffusion, so kappa = 2 K: its linear-stability threshold
 K_#(beta) = beta^{d/2} / (2^{d/2} Gamma(d/2) I_{d/2}(beta)) is kappa_lin / 2 here (both tend to d / 2 and d as
 beta -> 0; kappa_lin = 2 on the circle is the noisy Kuramoto threshold of the ``noisy`` claim, whose kappa_c(beta) is
@@ -27,7 +27,7 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv 2606.05140 (Mun, Rosenzweig), abstract: beta*(d), K_#(beta); arXiv 2604.16288 (d = 2)",
     title="Noisy USA on the sphere: beta*(d) separates a continuous transition at kappa_lin from a discontinuous one with hysteresis",
     statement=(
-        "beta*(d) solves I_{d/2+1}(beta) / I_{d/2}(beta) = 1 / d. In the convention of SPEC §8.7 (noise sqrt(2 / kappa) dW, "
+        "beta*(d) solves I_{d/2+1}(beta) / I_{d/2}(beta) = 1 / d. In the `noisy` claim's convention (noise sqrt(2 / kappa) dW, "
         "kappa = 2 K of the paper) the uniform state loses linear stability at kappa_lin = beta^{d/2} / (2^{d/2-1} Gamma(d/2) "
         "I_{d/2}(beta)). Judged: (1) kappa_lin against the zero of the first harmonic's growth rate measured in the mean-field "
         "solvers with diffusion (S^1 at beta = 1, 2, 3; zonal S^2 at beta = 1.5), not against the Bessel coefficients; (2) the "

@@ -211,7 +211,7 @@ def solve_circle(
 ) -> MeanFieldSolution:
     """Evolve ``rho0`` (M points on [0, 2 pi)) and save it at ``ts`` (see the module docstring).
 
-    ``kappa``: with noise, the particles' sqrt(2 / kappa) dW (SPEC §8.7) adds (1 / kappa) d_theta^2 rho, applied
+    ``kappa``: with noise, the particles' sqrt(2 / kappa) dW (the `noisy` claim's) adds (1 / kappa) d_theta^2 rho, applied
     exactly in Fourier (-m^2 / kappa); spectral method only. None (the default): no noise.
 
     Spectral runs step with adaptive Dopri5 at ``rtol``/``atol``, or with classical RK4 at a fixed

@@ -2,7 +2,7 @@
 
 Contract
 --------
-Convention (SPEC §8.7): dX_i = P_{X_i}((1/n) sum_j e^{beta <X_i, X_j>} X_j) dt + sqrt(2 / kappa) dW_i. The
+Convention (the `noisy` claim's): dX_i = P_{X_i}((1/n) sum_j e^{beta <X_i, X_j>} X_j) dt + sqrt(2 / kappa) dW_i. The
 stationary mean-field densities are rho ∝ exp((kappa / beta) int e^{beta <x, y>} rho(dy)). With K_l(beta) the
 Funk-Hecke coefficient of e^{beta <x, y>} (normalised measure, ``kernel_coefficient``), a degree-l harmonic of the
 uniform state grows at l (l + d - 2)(K_l / beta - 1 / kappa); the l = 1 harmonic goes first (K_l ∝ I_{l + d/2 - 1}
@@ -62,7 +62,7 @@ def noisy_critical_beta(d: float) -> float:
 
 
 def kappa_lin(beta: float, d: float) -> float:
-    """The linear threshold beta / K_1(beta) in the convention of SPEC §8.7 (d at beta = 0)."""
+    """The linear threshold beta / K_1(beta) in the `noisy` claim's convention (d at beta = 0)."""
     d = _check_d(d)
     if beta == 0:
         return d

@@ -42,7 +42,7 @@ def intervene(
 
     specs, studies = list(edit or []), list(study or [])
     if not specs and not studies:
-        fail("give at least one --edit SPEC or --study; accepted edit forms: " + "; ".join(iv.FORMS))
+        fail("give at least one --edit or --study; accepted edit forms: " + "; ".join(iv.FORMS))
     for s in studies:
         if s not in iv.STUDIES:
             fail(f"--study {s!r} is not one of {', '.join(iv.STUDIES)}")
