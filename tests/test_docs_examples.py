@@ -220,8 +220,10 @@ def test_make_demo_ends_by_saying_how_to_activate_and_make_check_is_documented()
     import subprocess
 
     # make's dry run prints the recipes as they would run: the demo's last line is the activation hint
+    # (under a parent make, as in CI's `make test`, make adds its own "make[1]: Entering/Leaving directory" lines)
     demo = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "source .venv/bin/activate" in demo.strip().splitlines()[-1]
+    recipe = [line for line in demo.strip().splitlines() if not line.startswith("make[")]
+    assert "source .venv/bin/activate" in recipe[-1]
     check = subprocess.run(["make", "-n", "check"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "pytest" in check
     assert "not slow" in check

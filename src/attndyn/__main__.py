@@ -23,7 +23,22 @@ def main() -> int:
     _signal.signal(_signal.SIGTERM, _interrupted_early)
     from attndyn.app.cli import entry
 
-    return entry()
+    code = entry()
+    if code == 130:
+        # A Ctrl-C that lands in code a C extension runs through PyRun_* (torch's import does) sets
+        # CPython's "unhandled KeyboardInterrupt" flag even though attndyn caught it, and the interpreter
+        # would then end the process by SIGINT (status -2) instead of 130: run the exit handlers, flush,
+        # and end here with the status said.
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    return code
 
 
 if __name__ == "__main__":  # not when a spawned process (the figure worker) imports the parent's main module

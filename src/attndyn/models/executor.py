@@ -148,10 +148,7 @@ def run(
             mask = mask.clone()
             mask[j + 1 :, j] = False
         tab = tables[n].get(bases[k]) if rope else None
-        if with_ in ("twin-step", "twin"):
-            out = iv.twin_attention(decoder, k, x, layer, with_, cast)
-        else:
-            out, _ = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
+        out, _ = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
         if drop == "attention":
             out = torch.zeros_like(out)
         if decoder.parallel_residual:

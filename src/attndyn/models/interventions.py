@@ -21,10 +21,16 @@ supplies it); uniform attention has no random place: it is compared with the pla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from attndyn.models.decoder import Decoder
+    from attndyn.models.executor import BranchResult
 
 FORMS = (
     "zero:block=L[,token=T][,dim=J]",
@@ -173,7 +179,7 @@ def parse(spec: str) -> Edit:
     return Edit(kind, blocks, **kw)
 
 
-def parse_all(specs) -> tuple[Edit, ...]:
+def parse_all(specs: str | Sequence[str]) -> tuple[Edit, ...]:
     """Several edits at once: a list of specs, or one string with edits separated by ';'."""
     if isinstance(specs, str):
         specs = [s for s in specs.split(";") if s.strip()]
@@ -202,10 +208,6 @@ def attention_replacement(edits: tuple, k: int) -> str | None:
 
 def keys_dropped(edits: tuple, k: int) -> list[int]:
     return [e.token for e in edits if e.kind == "drop-key" and e.blocks[0] == k]
-
-
-def twin_attention(decoder, k, x, layer, with_, cast):  # pragma: no cover - refused at parse time
-    raise ValueError(f"attention with={with_} is not built yet")
 
 
 MASSIVE = 100.0  # an entry is massive when its magnitude exceeds 100 x the median magnitude (Sun et al.)
@@ -268,7 +270,7 @@ def apply_state_edits(edits: tuple, k: int, x: torch.Tensor, prompt: int, plain:
 
 
 # effects
-def pooled_bootstrap(nll_sum: np.ndarray, count: np.ndarray, *, resamples: int = 2000, seed: int = 0, level: float = 0.95):
+def pooled_bootstrap(nll_sum: np.ndarray, count: np.ndarray, *, resamples: int = 2000, seed: int = 0, level: float = 0.95) -> np.ndarray:
     """Resampled pooled means sum(nll_sum[idx]) / sum(count[idx]) over prompts: the draws, for intervals of
     any function of the pooled loss (paired across branches by the same ``seed``)."""
     rng = np.random.default_rng(seed)
@@ -281,7 +283,7 @@ def _interval(draws: np.ndarray, level: float = 0.95) -> list[float]:
     return [float(np.quantile(draws, a)), float(np.quantile(draws, 1 - a))]
 
 
-def effects(plain, edited, *, resamples: int = 2000, seed: int = 0) -> dict:
+def effects(plain: Sequence[BranchResult], edited: Sequence[BranchResult], *, resamples: int = 2000, seed: int = 0) -> dict:
     """NLL (pooled over every predicted token), perplexity ratio exp(NLL_edit - NLL_plain) and KL from the
     plain output (averaged over predicted positions), each with a percentile bootstrap interval over prompts
     (paired: the same resamples for the plain and the edited branch). ``plain``/``edited``: one
@@ -305,7 +307,7 @@ def effects(plain, edited, *, resamples: int = 2000, seed: int = 0) -> dict:
     }
 
 
-def plain_effect(plain, *, resamples: int = 2000, seed: int = 0) -> dict:
+def plain_effect(plain: Sequence[BranchResult], *, resamples: int = 2000, seed: int = 0) -> dict:
     count = np.array([len(r.nll) for r in plain], dtype=np.float64)
     p_sum = np.array([float(r.nll.sum()) for r in plain])
     return {"nll": float(p_sum.sum() / count.sum()), "nll_interval": _interval(pooled_bootstrap(p_sum, count, resamples=resamples, seed=seed))}
@@ -318,7 +320,7 @@ def perturb_null(edit: Edit, rng: np.random.Generator) -> Edit:
     return Edit("perturb", edit.blocks, token=edit.token, draw=seed, of=edit, spec=f"equal-L2 random direction of {edit.spec} (draw {seed})")
 
 
-def null_edits(edit: Edit, decoder, lengths: list[int], rng: np.random.Generator) -> Edit | None:
+def null_edits(edit: Edit, decoder: Decoder, lengths: list[int], rng: np.random.Generator) -> Edit | None:
     """One draw of ``edit``'s null (module docstring), or None where the kind has no random place (attention
     replacements other than no-first-key, patches: the caller shuffles the source prompt)."""
     from dataclasses import replace
@@ -373,7 +375,7 @@ def _clean(effect: dict) -> dict:
 
 
 def intervene(
-    decoder,
+    decoder: Decoder,
     prompts: list[list[int]],
     specs: list[str],
     *,
@@ -475,7 +477,7 @@ def intervene(
 STUDIES = ("massive", "depth", "sinks")
 
 
-def plain_record(decoder, prompts: list[list[int]], *, dtype: torch.dtype = torch.float64, resamples: int = 2000) -> dict:
+def plain_record(decoder: Decoder, prompts: list[list[int]], *, dtype: torch.dtype = torch.float64, resamples: int = 2000) -> dict:
     from attndyn.models.executor import run
 
     plain, _, counts = run(decoder, prompts, dtype=dtype)
@@ -513,7 +515,7 @@ def angular_distances(hidden: list[torch.Tensor]) -> np.ndarray:
     return out
 
 
-def run_study(decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0) -> dict:
+def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0) -> dict:
     """One of :data:`STUDIES` (the guide states each protocol and rule). The plain states come from one
     recorded executor run; the edits of the study then run in one more, each edit starting at its block."""
     from attndyn.models.executor import run

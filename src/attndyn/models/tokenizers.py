@@ -8,11 +8,15 @@ Moved here from :mod:`attndyn.models.decoder_files`, which imports them. The GGU
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attndyn.models import file_checks as fc
 from attndyn.models.file_checks import ModelFileError
+
+if TYPE_CHECKING:
+    import gguf
 
 
 def _gguf_values(reader, path: Path, keys) -> dict:
@@ -70,7 +74,7 @@ CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 TOKENIZER_CACHE = "tokenizer2"  # the cached tokenizer's name: 2 = split by tokenizer.ggml.pre, control tokens special
 
 
-def pre_tokenizer_name(reader, path: Path, model: str) -> str:
+def pre_tokenizer_name(reader: gguf.GGUFReader, path: Path, model: str) -> str:
     """The file's ``tokenizer.ggml.pre`` (absent: ``gpt2`` for byte-level BPE, ``default`` for SentencePiece);
     ModelFileError naming a value this module has no split rule for."""
     pre = _gguf_values(reader, path, ["tokenizer.ggml.pre"]).get("tokenizer.ggml.pre")
