@@ -3,7 +3,8 @@
 not only the saved arrays), makes it fail.
 
 ``SENSITIVITY`` maps a claim to its perturbations: config overrides, or module constants changed
-with ``monkeypatch``, each with the check-name prefixes that must fail. The coverage test fails
+with ``monkeypatch`` (a name of the claim's module, or an engine object by its dotted import path),
+each with the check-name prefixes that must fail. The coverage test fails
 when a judged check has no stated sensitivity or no perturbation seen to fail it. Claims of the
 first two waves that do not yet state their power are listed in ``NOT_YET_POWERED``; a new
 pass/fail claim cannot join that list silently (the last test compares the two lists).
@@ -13,6 +14,22 @@ import pytest
 
 from attndyn.claims import EXPERIMENTS, load
 from tests.tiny_claims import TINY, tiny_result
+
+
+def rk4_stages_at_t(f, args, dt):
+    """The engine's classical RK4 step (attndyn.core.solvers._classical_rk4) with its middle stages
+    evaluated at t instead of t + dt/2: the stage-time error of issue 46, which the rescaled field
+    (it depends on t through e^{tV}) turns into a first-order method."""
+
+    def step(t, x):
+        k1 = f(t, x, args)
+        k2 = f(t, x + 0.5 * dt * k1, args)
+        k3 = f(t, x + 0.5 * dt * k2, args)
+        k4 = f(t + dt, x + dt * k3, args)
+        return x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+    return step
+
 
 GMF, CPB, RC, LC, KCF = "gaussian-mean-field", "causal-position-bias", "rank-collapse", "long-context", "kuramoto-closed-form"
 MFL, MS, NORM, HM, CAUSAL = "mean-field-limit", "mode-selection", "normalization", "hardmax", "causal"
@@ -69,6 +86,7 @@ SENSITIVITY = {
         ({"v_factor": 1 + 3e-3}, {}, ["M4 Euler"]),
         ({"v_factor": 6.0}, {}, ["M3 |x_i'|"]),
         ({"ff_scale": 1 + 1e-9}, {}, ["feed-forward W = I"]),
+        ({}, {"attndyn.core.solvers._classical_rk4": rk4_stages_at_t}, ["M7 every fixed-step tableau"]),
     ],
     "boolean-1d": [
         ({"t_factor": 0.7}, {}, ["(e) z_i of unbounded"]),
@@ -95,10 +113,13 @@ SENSITIVITY = {
     ],
     COLL: [({"v_last": 1e-3}, {}, ["max|x(4t)|", "max|P - 1/n| at 4t", "max_i |x_i| non-increasing", "conclusion: max_i", "conclusion: max |P(T)"])],
     POLY: [
-        ({"v_scale": 1 + 1e-6}, {}, ["(a) hull", "(b) z_i(t) in conv"]),
-        ({"v_scale": 1 - 1e-6}, {}, ["(a) hull"]),
+        ({"v_scale": 1 + 1e-6}, {}, ["(a) hull", "(b) z_i(t) in conv", "(c') the outermost token"]),
+        # the negative sign: a contraction toward the origin, which (a) sees only where the origin is outside the hull
+        ({"v_scale": 1 - 1e-6}, {}, ["(c') the outermost token"]),
         ({"t_factor": 0.7}, {}, ["(c) |z(T)", "(d) S-equation"]),
-        ({"t_factor": 0.5}, {}, ["(d) limit in dK", "(e) P(T) Boolean", "(e) leader"]),
+        ({"t_factor": 0.5}, {}, ["(d) limit in dK", "(e) leader"]),
+        # P(T) is Boolean to 1e-8 by T / 2 at most seeds (e^{2t} multiplies the logit gaps): not before T / 4
+        ({"t_factor": 0.25}, {}, ["(e) P(T) Boolean"]),
     ],
     CAUSAL: [
         ({"mask": "full"}, {}, ["Q = K = I: x_1 stationary", "random Q, K: x_1 stationary"]),
@@ -232,6 +253,16 @@ def _skip_unavailable(module) -> None:
         pytest.skip(module.available()[1])
 
 
+def _patch(monkeypatch, module, constants: dict) -> None:
+    """Set each constant: a dotted name is an engine object by its import path, else a name of the claim's module."""
+    for name, value in constants.items():
+        if "." in name:
+            monkeypatch.setattr(name, value)  # raises when the path does not exist
+        else:
+            assert hasattr(module, name), name
+            monkeypatch.setattr(module, name, value)
+
+
 def _judged_names(claim_id: str) -> list[str]:
     return [name for name, c in tiny_result(claim_id).checks.items() if c.passed is not None]
 
@@ -268,9 +299,7 @@ def test_the_stated_perturbation_fails_its_checks(claim_id, k, monkeypatch):
     overrides, constants, prefixes = SENSITIVITY[claim_id][k]
     module = load(claim_id)
     _skip_unavailable(module)
-    for name, value in constants.items():
-        assert hasattr(module, name), name
-        monkeypatch.setattr(module, name, value)
+    _patch(monkeypatch, module, constants)
     result = module.run(module.Config(seed=0, **(TINY[claim_id] | POWER_SIZE.get(claim_id, {}) | overrides)))
     for prefix in prefixes:
         hits = [c for name, c in result.checks.items() if name.startswith(prefix)]
@@ -297,17 +326,43 @@ def test_every_pass_fail_claim_is_powered_or_listed():
     assert pass_fail - set(SENSITIVITY) == NOT_YET_POWERED
 
 
-# power at three seeds (issue 46): the claims whose every stated perturbation is also run at seeds 1 and 2
-THREE_SEEDS = ["boolean-1d"]
+# power at three seeds (issue 46): the claims whose every stated perturbation is also run at seeds 1 and 2, and
+# single perturbations of other claims (model-equivalence's stage-time error)
+THREE_SEEDS = ["boolean-1d", POLY]
+STAGE_TIME = (
+    "model-equivalence",
+    next(k for k, (_, c, _) in enumerate(SENSITIVITY["model-equivalence"]) if "attndyn.core.solvers._classical_rk4" in c),
+)
+THREE_SEED_CASES = [(c, k) for c in THREE_SEEDS for k in range(len(SENSITIVITY[c]))] + [STAGE_TIME]
 
 
-@pytest.mark.parametrize(("claim_id", "k", "seed"), [(c, k, s) for c in THREE_SEEDS for k in range(len(SENSITIVITY[c])) for s in (1, 2)])
+@pytest.mark.parametrize(("claim_id", "k", "seed"), [(c, k, s) for c, k in THREE_SEED_CASES for s in (1, 2)])
 def test_the_stated_perturbation_fails_at_two_more_seeds(claim_id, k, seed, monkeypatch):
     overrides, constants, prefixes = SENSITIVITY[claim_id][k]
     module = load(claim_id)
-    for name, value in constants.items():
-        monkeypatch.setattr(module, name, value)
+    _patch(monkeypatch, module, constants)
     result = module.run(module.Config(seed=seed, **(TINY[claim_id] | overrides)))
     for prefix in prefixes:
         (check,) = [c for name, c in result.checks.items() if name.startswith(prefix)]
         assert check.passed is False, f"{claim_id} seed {seed}: {prefix} passed under {overrides or constants}: value {check.value:g}"
+
+
+def test_model_equivalence_sees_a_stage_time_error_in_the_compiled_loop(monkeypatch, tmp_path):
+    """M7's V = I case runs where boolean-1d and polytope run: the compiled RK4 loop. Its kernel rebuilt (in a
+    private cache folder) with the middle stages' attention scale taken at t instead of t + dt/2 fails M7 there."""
+    from attndyn.core import compiled
+
+    if compiled.library() is None:
+        pytest.skip(f"no compiled kernel: {compiled.STATUS['reason']}")
+    good = "s1 = beta * exp(2.0 * lam * (t + 0.5 * dt));"
+    assert compiled.SOURCE.count(good) == 1
+    monkeypatch.setattr(compiled, "SOURCE", compiled.SOURCE.replace(good, "s1 = beta * exp(2.0 * lam * t);"))
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path))
+    for key, value in (("library", None), ("reason", "not tried"), ("path", "")):
+        monkeypatch.setitem(compiled.STATUS, key, value)
+    module = load("model-equivalence")
+    result = module.run(module.Config(seed=0, **TINY["model-equivalence"]))
+    assert compiled.STATUS["path"].startswith(str(tmp_path))
+    (check,) = [c for name, c in result.checks.items() if name.startswith("M7 every fixed-step tableau")]
+    assert check.passed is False
+    assert "rk4 (order 4), V = I" in check.worst_case, check.worst_case

@@ -130,6 +130,10 @@ def test_polytope_checks_fail_on_violations():
     a["z0"][-1, 0, 0] = 0.5 * (verts[0] + verts[1])  # token 0 halfway between two vertices
     assert failing(judged(cid, a), "(e) leader")
 
+    a = copy_arrays(cid)
+    a["z0"][-1, 0] *= 1 - 1e-9  # one run's last save drawn toward the origin: its outermost token moved
+    assert failing(judged(cid, a), "(c') the outermost token")
+
 
 # --- collapse -----------------------------------------------------------------------------------
 
@@ -441,6 +445,11 @@ def test_model_equivalence_checks_fail_on_violations(monkeypatch):
         "M5 X[mu_n](x_i)": lambda a: a["m5_engine"].__iadd__(1e-6),
         "feed-forward W = I": lambda a: a["ff_identity"].__iadd__(1e-9),
         "multi-head with H = 1": lambda a: a["mh_ours"][-1].__iadd__(1e-9),
+        # RK4's finer run with half the coarser one's error (first order), and a finer run on the reference (no order to read)
+        "M7 every fixed-step tableau": lambda a: a.__setitem__(
+            "m7_any V_rk4_40", a["m7_ref_any V"] + 0.5 * (a["m7_any V_rk4_20"] - a["m7_ref_any V"])
+        ),
+        "M7 every fixed-step tableau's": lambda a: a.__setitem__("m7_V = I_rk4_200", a["m7_ref_V = I"].copy()),
     }
     for prefix, violate in cases.items():
         a = copy_arrays(cid)
