@@ -1198,7 +1198,7 @@ def test_common_noise_checks_fail_on_violations():
     """Issue 53: each judged check of common-noise fails on a violating input (the saved arrays edited)."""
     cid = "common-noise"
     a = copy_arrays(cid)
-    a["moments"][2] += 0.05  # the chain at depth 2L off by 0.05: its error no longer halves
+    a["moments"][3] += 0.05  # the chain at its largest depth off by 0.05: its error no longer halves
     assert failing(judged(cid, a), "weak convergence: |order-1 Richardson")
     a = copy_arrays(cid)
     a["moments"][-1] += 0.05  # the Ito scheme's finer run off by 0.05
