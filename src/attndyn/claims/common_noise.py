@@ -32,6 +32,7 @@ antipodal and its Wilson interval.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import torch
@@ -91,8 +92,8 @@ class Config(ExperimentConfig):
     # sensitivity knobs (1 / "common" / "antisymmetric" / 1 in the claim): the Ito correction scaled (0: dropped); the
     # SDE's noise made independent per token; the drift-free run's generator Gaussian (not a rotation); its kappa off
     correction_factor: float = 1.0
-    sde_noise: str = "common"
-    exact_generator: str = "antisymmetric"
+    sde_noise: Literal["common", "independent"] = "common"
+    exact_generator: Literal["antisymmetric", "gaussian"] = "antisymmetric"
     exact_kappa_factor: float = Field(1.0, gt=0)  # the drift-free runs' kappa times this (the closed form keeps kappa)
 
 
