@@ -53,6 +53,8 @@ TINY = {
     "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},
     "noisy-transition": {},
     "random-attention-entropy": {"n": 512, "rows": 256},  # the quick size (QUICK is empty): the power is stated there
+    # the judged runs at the quick size (the power is stated there); the reported phase diagram smaller
+    "common-noise": dict(load("common-noise").QUICK) | {"phase_ds": [2, 3], "phase_paths": 40, "phase_T": 10.0},
 }
 SLOW = {"boolean-1d", "polytope", "hyperplanes", "sphere", "collapse", "codimension", "polytope-subspace", "causal"}
 

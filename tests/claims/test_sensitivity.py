@@ -183,6 +183,14 @@ SENSITIVITY = {
         ({"beta_factor": 0.95 / 1.05}, {}, ["direction:", "Landau coefficient:", "hysteresis:"]),
         ({"beta_factor": 1.05 / 0.95}, {}, ["direction:", "Landau coefficient:", "hysteresis:"]),
     ],
+    # at the quick size (TINY["common-noise"] keeps QUICK's judged runs): the Ito correction dropped, the SDE's noise
+    # independent per token, the drift-free run's generator Gaussian (not a rotation), kappa 25 % off there
+    "common-noise": [
+        ({"correction_factor": 0.0}, {}, ["Ito form with its correction vs Stratonovich form"]),
+        ({"sde_noise": "independent"}, {}, ["weak convergence: |order-1 Richardson", "no drift, antisymmetric noise"]),
+        ({"exact_generator": "gaussian"}, {}, ["no drift, antisymmetric noise"]),
+        ({"exact_kappa_factor": 1.25}, {}, ["one token: |E<X_T, X_0>"]),
+    ],
     GMF: [
         ({"softmax_beta_factor": 0.98}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),
         ({"softmax_beta_factor": 1.02}, {}, ["Q = K = V = I: |particle", "non-symmetric Q, K, V: |particle"]),

@@ -628,6 +628,7 @@ FUNCTION_OF = {
     "trained-decoder": "test_trained_decoder_checks_fail_on_violations",
     "noisy": "test_noisy_checks_fail_on_violations",
     "noisy-transition": "test_noisy_transition_checks_fail_on_violations",
+    "common-noise": "test_common_noise_checks_fail_on_violations",
 }
 
 
@@ -1200,3 +1201,20 @@ def test_noisy_transition_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["branch"][-3, 5] = a["branch"][-3, 8]  # no window at beta = 3 > beta*
     assert failing(judged(cid, a), "hysteresis: kappa_sn < kappa_lin")
+
+
+def test_common_noise_checks_fail_on_violations():
+    """Issue 53: each judged check of common-noise fails on a violating input (the saved arrays edited)."""
+    cid = "common-noise"
+    a = copy_arrays(cid)
+    a["moments"][3] += 0.05  # the chain at its largest depth off by 0.05: its error no longer halves
+    assert failing(judged(cid, a), "weak convergence: |order-1 Richardson")
+    a = copy_arrays(cid)
+    a["moments"][-1] += 0.05  # the Ito scheme's finer run off by 0.05
+    assert failing(judged(cid, a), "Ito form with its correction vs Stratonovich form")
+    a = copy_arrays(cid)
+    a["drift_free_d3"][0, 0] = 1e-10  # one path's Gram matrix moved by 1e-10 (tolerance 1e-12)
+    assert failing(judged(cid, a), "no drift, antisymmetric noise: max |Gram(T) - Gram(0)|")
+    a = copy_arrays(cid)
+    a["drift_free_d5"][:, 1] += 0.1  # the one-token mean cosine 0.1 off e^{-(d-1) T / kappa}
+    assert failing(judged(cid, a), "one token: |E<X_T, X_0>")

@@ -147,3 +147,17 @@ def test_pair_cosine_exact_against_the_engine_clock_and_the_tanh_law():
     law = theory.pairing_cosine(s, 0.2)
     keep = law < 0.99
     assert np.abs(exact - law)[keep].max() < 1e-11
+
+
+def test_common_noise_antipodal_boundary():
+    """beta_c(d) = ln(2 d - 1) / 2 is the zero of the antipodal exponent at kappa = 2 d, negative above it."""
+    from attndyn.theory import antipodal_beta, antipodal_exponent
+
+    for d in (2, 3, 4.5, 8):
+        b = antipodal_beta(d)
+        assert abs(antipodal_exponent(b, 2 * d)) < 1e-14
+        assert antipodal_exponent(b + 0.1, 2 * d) < 0 < antipodal_exponent(b - 0.1, 2 * d)
+    with pytest.raises(ValueError, match="d = 1"):
+        antipodal_beta(1)
+    with pytest.raises(ValueError, match="kappa = 0"):
+        antipodal_exponent(1.0, 0)

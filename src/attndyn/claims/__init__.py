@@ -49,6 +49,7 @@ EXPERIMENTS = {
     "sinks": "sinks",
     "noisy-transition": "noisy_transition",
     "random-attention-entropy": "random_attention_entropy",
+    "common-noise": "common_noise",
 }
 
 

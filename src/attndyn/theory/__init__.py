@@ -9,7 +9,8 @@ Gaussian mean-field flow (``gaussian_mean_field``: ``gaussian_moments``, ``gauss
 depth rollout (``causal_attention``: ``cesaro``, ``causal_flow``, ``rollout_weights``,
 ``primacy_tail``), the spectra of random attention matrices (``random_attention``:
 ``quarter_circle_moments``), the noisy USA transition (``noisy_transition``: ``noisy_critical_beta``,
-``kappa_lin``, ``landau_coefficient``, ``kappa_sn``), all re-exported here, the continuity equation on the circle
+``kappa_lin``, ``landau_coefficient``, ``kappa_sn``), two tokens under common noise (``common_noise``:
+``antipodal_exponent``, ``antipodal_beta``), all re-exported here, the continuity equation on the circle
 (``meanfield``) and for zonal densities on S^2 (``meanfield_sphere``), and the matrices the paper's
 theorems name (``matrices``). Independent of the particle engine's state; imports :mod:`attndyn.core` at most
 (the mean-field solver reuses its Runge-Kutta tableaux).
@@ -35,12 +36,15 @@ from attndyn.theory.closed_forms import (
     staircase_levels,
     wendel,
 )
+from attndyn.theory.common_noise import antipodal_beta, antipodal_exponent
 from attndyn.theory.gaussian_mean_field import gaussian_blowup_time, gaussian_field, gaussian_identity_covariance, gaussian_moments
 from attndyn.theory.noisy_transition import kappa_lin, kappa_sn, landau_coefficient, noisy_critical_beta
 from attndyn.theory.random_attention import quarter_circle_moments
 
 __all__ = [
     "ODE_TOL",
+    "antipodal_beta",
+    "antipodal_exponent",
     "causal_flow",
     "cesaro",
     "gaussian_blowup_time",
