@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from attndyn.claims.common import Check, ClaimInfo, ExperimentConfig, Result, at_most, every, report
 from attndyn.workflow import plots
@@ -56,10 +57,10 @@ CLAIM = ClaimInfo(
 
 
 class Config(ExperimentConfig):
-    massive_prompts: int = 12  # SmolLM2's shipped prompts in the massive study; 0 leaves the study out
-    massive_draws: int = 5  # null draws of each edit of the study
+    massive_prompts: int = Field(12, ge=0)  # SmolLM2's shipped prompts in the massive study (at most 12); 0 leaves the study out
+    massive_draws: int = Field(5, ge=1)  # null draws of each edit of the study
     # the sensitivity tests change each and see its checks fail (tests/claims/test_sensitivity.py)
-    edit_shift: int = 0  # the executor's edits applied this many blocks late (an edit moved past the last block does nothing)
+    edit_shift: int = Field(0, ge=0)  # the executor's edits applied this many blocks late (an edit moved past the last block does nothing)
     no_op: bool = False  # intervene does nothing: the executor's edited branches carry no edits
     identity_by: float = 1.0  # the factor of the identity edit scale:block=l,by=...
 
@@ -392,8 +393,6 @@ def _massive_arrays(config: Config) -> dict[str, np.ndarray]:
 
 
 def run(config: Config) -> Result:
-    if config.edit_shift < 0:
-        raise ValueError(f"edit_shift {config.edit_shift} is below 0")
     arrays = _judged_arrays(config) | _massive_arrays(config)
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
