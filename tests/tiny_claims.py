@@ -47,6 +47,7 @@ TINY = {
     "noisy": dict(load("noisy").QUICK),  # the quick size: the power (kappa off by 10 %) is stated there
     "trained-spectra": {},
     "trained-decoder": {"prompts": 2, "twin_layers": [15], "twin_prompts": 1},
+    "trained-interventions": {"massive_prompts": 0},  # the judged part whole; SmolLM2's reported study in its own test
     "gaussian-mean-field": {"n": 1024, "seeds": 32, "dt": 0.125},  # the quick size: the 2 % power is stated there
     "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},

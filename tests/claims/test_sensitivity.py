@@ -39,6 +39,7 @@ MS_QUICK_NOISE = {"noise_betas": [2.0, 5.0, 10.0], "noise_n": 256, "noise_seeds"
 
 POLY, COLL, HP, HPN = "polytope", "collapse", "hyperplanes", "hyperplanes-negative-control"
 TD = "trained-decoder"  # SmolLM2 on disk: skipped without it, and slow (about a minute a run)
+TI = "trained-interventions"  # the judged part on a tiny random decoder, with transformers (skipped without it)
 
 # metastability's USA runs at their quick size (the authors' start is fixed: the seed does not enter them)
 QUICK_USA = {"usa_betas": load("metastability").QUICK["usa_betas"], "saves": load("metastability").QUICK["saves"]}
@@ -235,6 +236,16 @@ SENSITIVITY = {
         ({"rope_base_factor": 1.01}, {}, ["the layer's own maps with RoPE"]),
         ({"shares": "first"}, {}, ["the Shapley shares of attention and feed-forward add up"]),
         ({"null_attention": "softmax"}, {}, ["uniform causal attention's leaders", "uniform causal attention's sink rate"]),
+    ],
+    # issue 50, item 7: each edit applied one block late, intervene doing nothing, the identity edit one unit in the last place off
+    TI: [
+        (
+            {"edit_shift": 1},
+            {},
+            ["a block whose update is zeroed", "uniform attention at block 1", "uniform attention at every block", "the hook oracle"],
+        ),
+        ({"no_op": True}, {}, ["uniform attention at block 1", "uniform attention at every block", "the hook oracle"]),
+        ({"identity_by": 1 + 2**-52}, {}, ["identity edits change nothing"]),
     ],
 }
 SLOW_CLAIMS = {TD}

@@ -626,6 +626,7 @@ FUNCTION_OF = {
     "rank-collapse": "test_rank_collapse_checks_fail_on_violations",
     "sinks": "test_sinks_checks_fail_on_violations",
     "trained-decoder": "test_trained_decoder_checks_fail_on_violations",
+    "trained-interventions": "test_trained_interventions_checks_fail_on_violations",
     "noisy": "test_noisy_checks_fail_on_violations",
     "noisy-transition": "test_noisy_transition_checks_fail_on_violations",
     "common-noise": "test_common_noise_checks_fail_on_violations",
@@ -1165,6 +1166,39 @@ def test_trained_decoder_checks_fail_on_violations():
     a = copy_arrays(cid)
     a["uniform_sink_rate"][0, -1] = 1.0 - a["uniform_sink_rate"][0, -1]
     assert failing(judged(cid, a), "uniform causal attention's sink rate")
+
+
+def test_trained_interventions_checks_fail_on_violations():
+    """Issue 50, item 7: each judged check of the interventions claim fails on a violating input (the saved arrays
+    edited), and the hook oracle cannot pass when transformers did not run."""
+    cid = "trained-interventions"
+    a = copy_arrays(cid)
+    a["identity_diff"][-1] = 2e-16  # scale by 1 at the last block moved one logit by one unit in the last place
+    assert failing(judged(cid, a), "identity edits change nothing")
+    a = copy_arrays(cid)
+    a["zeroed_skip_diff"][0] = 1e-16
+    assert failing(judged(cid, a), "a block whose update is zeroed")
+    a = copy_arrays(cid)
+    a["uniform_block_err"][1] = 2e-12
+    assert failing(judged(cid, a), "uniform attention at block 1 equals uniform causal attention computed in NumPy")
+    a = copy_arrays(cid)
+    a["uniform_null_err"][0] = 2e-12
+    assert failing(judged(cid, a), "uniform attention at every block equals the uniform null")
+    a = copy_arrays(cid)
+    a["hook_err"][3] = 2e-10  # one edit 2e-10 off transformers with hooks
+    assert failing(judged(cid, a), "the hook oracle")
+    a = copy_arrays(cid)
+    a["hook_moved"][0] = 1e-7  # an edit that does not move the logits: the oracle could not have failed on it
+    assert failing(judged(cid, a), "the hook oracle")
+    a = copy_arrays(cid)
+    a["hook_plain_err"][0] = 1e-9  # the unedited forward off transformers
+    assert failing(judged(cid, a), "the hook oracle")
+    a = copy_arrays(cid)
+    a["hook_ran"][0], a["hook_err"], a["hook_moved"], a["hook_plain_err"] = 0.0, np.zeros(0), np.zeros(0), np.zeros(0)
+    checks = judged(cid, a)
+    assert failing(checks, "the hook oracle")
+    (oracle,) = [c for name, c in checks.items() if name.startswith("the hook oracle")]
+    assert "transformers is not importable" in oracle.note
 
 
 def test_noisy_checks_fail_on_violations():

@@ -43,6 +43,7 @@ EXPERIMENTS = {
     "metastability": "metastability",
     "trained-spectra": "trained_spectra",
     "trained-decoder": "trained_decoder",
+    "trained-interventions": "trained_interventions",
     "gaussian-mean-field": "gaussian_mean_field",
     "causal-position-bias": "causal_position_bias",
     "rank-collapse": "rank_collapse",

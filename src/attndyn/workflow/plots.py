@@ -670,3 +670,32 @@ def grid_heatmap(
     ax.set_ylabel(ylabel)
     ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
     return fig
+
+
+@styled
+def intervals(
+    labels: list[str],
+    values: np.ndarray,
+    lows: np.ndarray,
+    highs: np.ndarray,
+    *,
+    ylabel: str,
+    title: str,
+    logy: bool = False,
+    hlines: dict | None = None,
+) -> Figure:
+    """One value per label with its interval [low, high] as an error bar; optional reference levels ``hlines`` (label -> y)."""
+    fig, ax = _subplots(figsize=(max(5.0, 0.9 * len(labels) + 2.0), 4))
+    x = np.arange(len(labels))
+    v = np.asarray(values, dtype=float)
+    ax.errorbar(x, v, yerr=[v - np.asarray(lows, dtype=float), np.asarray(highs, dtype=float) - v], fmt="o", capsize=4, color=CURVE_COLORS[0])
+    for label, y in (hlines or {}).items():
+        ax.axhline(y, color="gray", ls=":", lw=1)
+        ax.annotate(label, (1.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="gray", va="center", ha="left")
+    if logy:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
+    ax.set_xticks(x, labels, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig
