@@ -20,7 +20,8 @@ Several edits at once: a tuple of :class:`Edit`. The nulls (:func:`null_edits`):
 an entry -> the same operation on a random non-massive dimension of the same token; skip of a block or span
 -> a random block or span of the same length; head skip -> a random head of the same layer; no-first-key ->
 a random non-first key removed; patch -> the same patch from a prompt with its tokens shuffled (the caller
-supplies it); uniform attention has no random place: it is compared with the plain layer.
+supplies it); uniform attention and the twin replacements have no random place: they are compared with
+the plain layer and with each other (the ``theory`` study, :func:`theory_study`).
 """
 
 from __future__ import annotations
