@@ -182,6 +182,7 @@ def test_intervene_runs_the_theory_study_and_draws_its_figure(tmp_path):
     study = record["studies"]["theory"]
     assert [e["edit"] for e in study["edits"]] == [f"attention:block=0,with={w}" for w in ("twin-step", "twin", "uniform")]
     assert study["per_layer"][0]["share_status"]
+    assert record["nll"] == study["nll"]  # the study's plain branches, not a second plain run
     assert (out / "theory.png").exists()
     assert "share closed by the flow" in (out / "index.html").read_text()
 

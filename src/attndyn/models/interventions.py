@@ -613,6 +613,7 @@ def theory_study(
         "nll_interval": _interval(base_draws),
         "edits": entries,
         "per_layer": per_layer,
+        "counts": counts,
         "forwards": counts["forwards"],
         "seconds": time.perf_counter() - t0,
     }

@@ -77,8 +77,9 @@ def intervene(
         record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype) for s in studies}
     except (ValueError, CheckpointError) as err:
         fail(str(err))
-    if not specs:
-        plain = iv.plain_record(decoder, ids, dtype=torch_dtype)
+    if not specs:  # the theory study's run holds the plain branches: no other plain run for them
+        theory = record["studies"].get("theory")
+        plain = {k: theory[k] for k in ("nll", "nll_interval", "counts")} if theory else iv.plain_record(decoder, ids, dtype=torch_dtype)
         record.update(plain)
     record.update(model=decoder.name, dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
     owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
