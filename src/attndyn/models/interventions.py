@@ -217,11 +217,6 @@ def heads_skipped(edits: tuple, k: int) -> set[int]:
     return {e.head for e in edits if e.kind == "skip" and e.head is not None and e.blocks[0] == k}
 
 
-def attention_replacement(edits: tuple, k: int) -> str | None:
-    e = attention_edit(edits, k)
-    return None if e is None else e.with_
-
-
 def attention_edit(edits: tuple, k: int) -> Edit | None:
     """The branch's attention replacement at block k (the first one given), or None."""
     return next((e for e in edits if e.kind == "attention" and e.blocks[0] == k), None)
