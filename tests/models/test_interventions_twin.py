@@ -216,3 +216,21 @@ def test_the_share_of_the_gap_is_given_only_where_the_gap_is_resolved():
     assert unresolved["share"] is None
     assert unresolved["share_interval"] is None
     assert unresolved["share_status"].startswith("undetermined: the gap's interval")
+
+
+def test_the_theory_figure_and_table_show_a_resolved_and_an_unresolved_share(tmp_path):
+    from attndyn.app.interventions_page import _theory_table, theory_figure
+
+    def row(layer, share):
+        nll = {"plain": 3.0, "twin-step": 3.2, "twin": 3.4, "uniform": 4.0}
+        diffs = [{"from": u, "to": v, "nll": nll[v] - nll[u], "nll_interval": [0.0, 0.5]} for u, v in zip(nll, list(nll)[1:], strict=False)]
+        resolved = {"share": share, "share_interval": [0.4, 0.8], "share_status": "determined"}
+        unresolved = {"share": None, "share_interval": None, "share_status": "undetermined: the gap's interval [-0.1, 2] includes zero"}
+        return {"layer": layer, "nll": nll, "differences": diffs, "plain_to": dict.fromkeys(("twin-step", "twin", "uniform"), [0.0, 1.5]),
+                "gap": 1.0, "gap_interval": [0.5, 1.5], **(resolved if share is not None else unresolved)}  # fmt: skip
+
+    study = {"per_layer": [row(0, 0.6), row(5, None)]}
+    assert theory_figure(study, tmp_path / "theory.png", "t").stat().st_size > 0
+    table = _theory_table(study)
+    assert "0.6 [0.4, 0.8]" in table
+    assert "undetermined: the gap&#x27;s interval" in table
