@@ -15,8 +15,6 @@ def figure(record: dict, path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attndyn.workflow.files import atomic_write_bytes
-
     edits = record["edits"]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(edits) + 2), 3.6))
     for i, e in enumerate(edits):
@@ -41,13 +39,82 @@ def figure(record: dict, path: Path, title: str) -> Path:
     ax.set_ylabel("perplexity ratio (edit / plain)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    """The figure as a PNG written then renamed, and closed."""
     import io
 
+    import matplotlib.pyplot as plt
+
+    from attndyn.workflow.files import atomic_write_bytes
+
+    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())
+
+
+def theory_figure(study: dict, path: Path, title: str) -> Path:
+    """Per twin layer, the loss of each replacement above the plain layer (twin-step, twin, uniform) with its
+    paired interval; the share of the gap the flow closes, with its interval, under each layer's tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = study["per_layer"]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 2), 3.6))
+    for c, w in enumerate(("twin-step", "twin", "uniform")):
+        xs, ys, lo, hi = [], [], [], []
+        for i, r in enumerate(rows):
+            d = r["nll"][w] - r["nll"]["plain"]
+            a, b = r["plain_to"][w]
+            xs.append(i + (c - 1) * 0.22)
+            ys.append(d)
+            lo.append(d - a)
+            hi.append(b - d)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=f"C{c}", capsize=3, label=w)
+    ax.axhline(0.0, color="k", lw=0.6)
+    labels = []
+    for r in rows:
+        share = "undetermined" if r["share"] is None else f"{r['share']:.2f} [{r['share_interval'][0]:.2f}, {r['share_interval'][1]:.2f}]"
+        labels.append(f"layer {r['layer']}\nshare {share}")
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("NLL - NLL plain (nats)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _theory_table(study: dict) -> str:
+    def iv(v, ci):
+        return "-" if v is None else f"{v:.4g} [{ci[0]:.4g}, {ci[1]:.4g}]"
+
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(c)}</td>"
+            for c in (
+                str(r["layer"]),
+                *(iv(d["nll"], d["nll_interval"]) for d in r["differences"]),
+                iv(r["gap"], r["gap_interval"]),
+                iv(r["share"], r["share_interval"]) if r["share"] is not None else r["share_status"],
+            )
+        )
+        + "</tr>"
+        for r in study["per_layer"]
+    )
+    return (
+        "<p>Each twin layer's attention replaced by the twin's one step, its flow over unit time and uniform causal attention "
+        "(the mask alone): the loss differences along plain &rarr; twin-step &rarr; twin &rarr; uniform in nats with paired "
+        "bootstrap intervals, the gap uniform &minus; plain, and the share of the gap the flow closes, (uniform &minus; twin) / "
+        "(uniform &minus; plain), given only where the gap's interval excludes zero.</p>"
+        "<table border=1><tr><th>layer</th><th>plain &rarr; twin-step</th><th>twin-step &rarr; twin</th><th>twin &rarr; uniform</th>"
+        f"<th>gap</th><th>share closed by the flow</th></tr>{rows}</table>"
+    )
 
 
 def page(record: dict, out: Path) -> Path:
@@ -55,7 +122,10 @@ def page(record: dict, out: Path) -> Path:
 
     figures = []
     for name, study in [("edits", record), *((k, v) for k, v in record.get("studies", {}).items())]:
-        if study.get("edits"):
+        if study.get("per_layer"):
+            theory_figure(study, out / f"{name}.png", f"{record['model']}: {name} (95 % paired intervals)")
+            figures.append(name)
+        elif study.get("edits"):
             figure(study, out / f"{name}.png", f"{record['model']}: {name}")
             figures.append(name)
 
@@ -91,7 +161,11 @@ def page(record: dict, out: Path) -> Path:
         "Each interval is a 95 % percentile bootstrap over prompts; each null is drawn "
         f"{record['draws']} times. An edit matters more than chance only where every draw's paired interval of "
         "the loss difference to its null excludes zero on the same side and the margin exceeds 3 Monte-Carlo standard errors.</p>"
-        + "".join(f'<h2>{html.escape(n)}</h2><img src="{n}.png" alt="{html.escape(n)}">' for n in figures)
+        + "".join(
+            f'<h2>{html.escape(n)}</h2><img src="{n}.png" alt="{html.escape(n)}">'
+            + (_theory_table(record["studies"][n]) if n != "edits" and record["studies"][n].get("per_layer") else "")
+            for n in figures
+        )
         + "<table border=1><tr><th>study</th><th>edit</th><th>perplexity ratio</th><th>KL</th><th>null's ratio</th><th>against the null</th></tr>"
         + "".join(rows)
         + "</table>"

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from attndyn.analysis.clusters import stable_cluster_count
-from attndyn.core.dynamics import Model, attention_matrix, velocity
+from attndyn.core.dynamics import Model, attention_matrix, prepare, vector_field, velocity
 from attndyn.core.simulation import simulate
 from attndyn.core.solvers import RK4, FixedStep, integrate
 from attndyn.core.weights import Weights
@@ -345,6 +345,18 @@ def _twin_model(decoder: Decoder, layer: int, scale: float = 1.0, weights: Weigh
     ``weights``: the layer's :func:`_twin_weights`, when the caller has them (they do not depend on ``scale``)."""
     weights = _twin_weights(decoder, layer) if weights is None else weights
     return Model(weights, beta=scale / math.sqrt(decoder.head_dim), mask="causal", geometry="sphere", scheme="pre")
+
+
+def twin_update(model: Model, x: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+    """What the particle twin ``model`` (:func:`_twin_model`) adds to the residual stream ``x`` ``(n, d)`` in
+    unit time, in x's dtype: its velocity at ``x`` (``steps=None``: the one Euler step, dt = 1), or x(1) - x(0)
+    of its flow (RK4, ``steps`` fixed steps). The edits ``attention:block=l,with=twin-step|twin`` put it in
+    place of the attention sublayer's output."""
+    args = prepare(model, x)
+    if steps is None:
+        return vector_field(0.0, x, args)
+    flow = integrate(lambda t, y, _: vector_field(t, y, args), x, [0.0, 1.0], None, solver=RK4(), controller=FixedStep(1.0 / steps))
+    return flow.xs[-1] - x
 
 
 VARIANTS = (("rope", True, False), ("ffn", False, True), ("rope_ffn", True, True))

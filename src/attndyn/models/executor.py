@@ -24,6 +24,10 @@ counts the six float64 arrays as alive at once) against 0.188 GiB measured for t
 for 12 plain :func:`forward` calls (which keep only float32 logits); the executor's extra is the loss and
 divergence's float64 work on the vocabulary.
 
+An ``attention:block=k,with=twin-step|twin`` edit puts layer k's particle twin in place of its attention
+sublayer (:func:`attndyn.models.decoder_geometry.twin_update`); the twin is built once a layer, from the
+layer's float64 weights, for every branch that asks for it.
+
 With no edits, a branch computes exactly what :func:`attndyn.models.decoder.forward` computes, operation for
 operation (bit-identical: tested).
 """
@@ -88,6 +92,7 @@ def run(
     results (one per prompt), the branch results (in order) and counts: ``layers_built`` (each layer once),
     ``block_runs`` (blocks run over all branches) and ``forwards`` (block_runs / L)."""
     from attndyn.models import interventions as iv
+    from attndyn.models.decoder_geometry import _twin_model, twin_update
 
     branches = list(branches or [])
     if dtype not in (torch.float64, torch.float32):
@@ -132,6 +137,7 @@ def run(
     branch_x: list[torch.Tensor | None] = [None] * len(branches)
     branch_hidden: list[list | None] = [None] * len(branches)
     block_runs = 0
+    twin_models: dict = {}  # layer -> its particle twin, built once for every branch that asks for it
 
     def block(k, layer, x, n, edits=()):
         drop = iv.block_action(edits, k)
@@ -140,7 +146,8 @@ def run(
         mask = masks[n][k]
         heads = iv.heads_skipped(edits, k)
         lay = _head_dropped(decoder, layer, heads) if heads else layer
-        with_ = iv.attention_replacement(edits, k)
+        replace = iv.attention_edit(edits, k)
+        with_ = None if replace is None else replace.with_
         if with_ == "no-first-key":
             mask = mask.clone()
             mask[1:, 0] = False  # query 0 sees only key 0 and keeps it
@@ -148,7 +155,12 @@ def run(
             mask = mask.clone()
             mask[j + 1 :, j] = False
         tab = tables[n].get(bases[k]) if rope else None
-        out, _ = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
+        if with_ in iv.TWINS:  # the particle twin of layer k in place of its attention sublayer
+            if k not in twin_models:
+                twin_models[k] = _twin_model(decoder, k)
+            out = twin_update(twin_models[k], x, None if with_ == "twin-step" else replace.steps or iv.TWIN_STEPS)
+        else:
+            out, _ = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
         if drop == "attention":
             out = torch.zeros_like(out)
         if decoder.parallel_residual:
@@ -181,6 +193,7 @@ def run(
             if record:
                 branch_hidden[b].append(branch_x[b])
         del layer
+        twin_models.clear()
 
     def logits_of(x):
         out = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T

@@ -10,13 +10,18 @@ A spec reads ``KIND:key=value,...``; "block=l" is the residual stream after 0-ba
   ``skip:block=l,head=h``;
 - ``attention:block=l,with=uniform|no-first-key``: the layer's attention replaced by uniform causal
   attention, or with the first token's key removed for every query but query 0 (the rest renormalised);
+  ``attention:block=l,with=twin-step|twin[,steps=s]``: the attention sublayer's output replaced by the
+  particle twin of that layer (its folded Q, K, V: :func:`attndyn.models.decoder_geometry.twin_update`),
+  its one Euler step over unit time (the velocity) or its flow over unit time (RK4, ``steps`` steps,
+  default :data:`TWIN_STEPS`; the output x(1) - x(0)); refused for a family without a twin;
 - ``patch:block=l,token=t,from=k``: token t's state after block l taken from prompt k of the set.
 
 Several edits at once: a tuple of :class:`Edit`. The nulls (:func:`null_edits`): zero/mean/scale/set/clip of
 an entry -> the same operation on a random non-massive dimension of the same token; skip of a block or span
 -> a random block or span of the same length; head skip -> a random head of the same layer; no-first-key ->
 a random non-first key removed; patch -> the same patch from a prompt with its tokens shuffled (the caller
-supplies it); uniform attention has no random place: it is compared with the plain layer.
+supplies it); uniform attention and the twin replacements have no random place: they are compared with
+the plain layer and with each other (the ``theory`` study, :func:`theory_study`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ FORMS = (
     "set:block=L[,token=T][,dim=J],value=V",
     "clip:block=L[,token=T][,dim=J],by=C",
     "skip:block=L | skip:blocks=A-B | skip:block=L,sublayer=attention|feedforward | skip:block=L,head=H",
-    "attention:block=L,with=uniform|no-first-key",
+    "attention:block=L,with=uniform|no-first-key|twin-step|twin[,steps=S]",
     "patch:block=L,token=T,from=K",
 )
 STATE_KINDS = ("zero", "mean", "scale", "set", "clip", "patch")
@@ -50,10 +55,12 @@ KEYS = {
     "set": {"block", "token", "dim", "value"},
     "clip": {"block", "token", "dim", "by"},
     "skip": {"block", "blocks", "sublayer", "head"},
-    "attention": {"block", "with"},
+    "attention": {"block", "with", "steps"},
     "patch": {"block", "token", "from"},
 }
-WITH = ("uniform", "no-first-key")
+WITH = ("uniform", "no-first-key", "twin-step", "twin")
+TWINS = ("twin-step", "twin")
+TWIN_STEPS = 8  # RK4 steps of the twin's flow over unit time: the checkpoint page's twin (dt = 0.125)
 SUBLAYERS = ("attention", "feedforward")
 
 
@@ -74,6 +81,7 @@ class Edit:
     spec: str = ""
     draw: int | None = None  # nulls: the seed that picks a random non-massive dimension or direction at run time
     of: Edit | None = None  # the "perturb" null: the edit whose change it matches in L2 norm, in a random direction
+    steps: int | None = None  # with=twin: RK4 steps of the flow over unit time (None: TWIN_STEPS)
 
     def first_block(self) -> int:
         return self.blocks[0]
@@ -92,6 +100,12 @@ class Edit:
             raise ValueError(f"{self.spec}: token {self.token} is past the end of the shortest prompt ({min(lengths)} tokens)")
         if self.source is not None and not 0 <= self.source < len(lengths):
             raise ValueError(f"{self.spec}: from={self.source} is not a prompt of the set (0..{len(lengths) - 1})")
+        if self.with_ in TWINS:
+            from attndyn.models.architectures import twin_refusal
+
+            why = twin_refusal(decoder)
+            if why:
+                raise ValueError(f"{self.spec or self.kind}: the particle twin is not offered for {decoder.name}: {why}")
 
 
 def _int(spec: str, key: str, v: str, lo: int = 0) -> int:
@@ -166,8 +180,12 @@ def parse(spec: str) -> Edit:
         kw["sublayer"] = fields["sublayer"]
     if "with" in fields:
         if fields["with"] not in WITH:
-            raise ValueError(f"edit {spec!r}: with={fields['with']!r} is not one of {', '.join(WITH)} (the twin replacements are not built yet)")
+            raise ValueError(f"edit {spec!r}: with={fields['with']!r} is not one of {', '.join(WITH)}; accepted forms: {forms}")
         kw["with_"] = fields["with"]
+    if "steps" in fields:
+        if fields.get("with") != "twin":
+            raise ValueError(f"edit {spec!r}: steps= goes with with=twin only (the flow's RK4 steps)")
+        kw["steps"] = _int(spec, "steps", fields["steps"], lo=1)
     need = {"scale": ("by",), "clip": ("by",), "set": ("value",), "attention": ("with",), "patch": ("token", "from")}.get(kind, ())
     for key in need:
         if key not in fields:
@@ -199,11 +217,9 @@ def heads_skipped(edits: tuple, k: int) -> set[int]:
     return {e.head for e in edits if e.kind == "skip" and e.head is not None and e.blocks[0] == k}
 
 
-def attention_replacement(edits: tuple, k: int) -> str | None:
-    for e in edits:
-        if e.kind == "attention" and e.blocks[0] == k:
-            return e.with_
-    return None
+def attention_edit(edits: tuple, k: int) -> Edit | None:
+    """The branch's attention replacement at block k (the first one given), or None."""
+    return next((e for e in edits if e.kind == "attention" and e.blocks[0] == k), None)
 
 
 def keys_dropped(edits: tuple, k: int) -> list[int]:
@@ -474,7 +490,8 @@ def intervene(
     return out
 
 
-STUDIES = ("massive", "depth", "sinks")
+STUDIES = ("massive", "depth", "sinks", "theory")
+THEORY = ("twin-step", "twin", "uniform")  # the replacements of the theory study, after the plain layer
 
 
 def plain_record(decoder: Decoder, prompts: list[list[int]], *, dtype: torch.dtype = torch.float64, resamples: int = 2000) -> dict:
@@ -515,13 +532,98 @@ def angular_distances(hidden: list[torch.Tensor]) -> np.ndarray:
     return out
 
 
+def gap_share(nll: dict, draws: dict) -> dict:
+    """The gap ``nll["uniform"] - nll["plain"]`` and the share of it the flow closes,
+    (uniform - twin) / (uniform - plain), each with its percentile interval over the paired bootstrap
+    ``draws`` (the same resamples for every key); the share only where the gap's interval excludes zero."""
+    gap, gap_draws = nll["uniform"] - nll["plain"], draws["uniform"] - draws["plain"]
+    out = {"gap": gap, "gap_interval": _interval(gap_draws)}
+    lo, hi = out["gap_interval"]
+    if lo > 0 or hi < 0:
+        share = (nll["uniform"] - nll["twin"]) / gap
+        return {**out, "share": share, "share_interval": _interval((draws["uniform"] - draws["twin"]) / gap_draws), "share_status": "determined"}
+    return {**out, "share": None, "share_interval": None, "share_status": f"undetermined: the gap's interval [{lo:.3g}, {hi:.3g}] includes zero"}
+
+
+def theory_study(
+    decoder: Decoder,
+    prompts: list[list[int]],
+    *,
+    layers: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    resamples: int = 2000,
+) -> dict:
+    """Each layer's attention (default: the checkpoint page's twin layers) replaced by the twin's step, the
+    twin's flow and uniform causal attention, in one executor run. Per layer: the pooled losses, the
+    differences plain -> twin-step -> twin -> uniform with paired bootstrap intervals (the same resamples of
+    the prompts for every branch), the gap NLL_uniform - NLL_plain ("mask alone" against the network) and
+    the share of it the flow closes, (NLL_uniform - NLL_twin) / (NLL_uniform - NLL_plain), with its
+    interval, given only where the gap's interval excludes zero (else ``share`` is None and ``share_status``
+    says why). No random null: the replacements are compared with each other."""
+    import time
+
+    from attndyn.models.architectures import default_twin_layers, twin_refusal
+    from attndyn.models.executor import run
+
+    why = twin_refusal(decoder)
+    if why:
+        raise ValueError(f"study theory: the particle twin is not offered for {decoder.name}: {why}")
+    t0 = time.perf_counter()
+    L = len(decoder.layers)
+    layers = list(default_twin_layers(L) if layers is None else layers)
+    if not layers:
+        raise ValueError(f"study theory: {decoder.name} has no twin layer ({L} layers)")
+    for k in layers:
+        if not 0 <= k < L:
+            raise ValueError(f"study theory: layer {k} is not in 0..{L - 1}")
+    specs = [f"attention:block={k},with={w}" for k in layers for w in THEORY]
+    n = len(prompts)
+    branches = [(i, (parse(s),)) for s in specs for i in range(n)]
+    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype)
+    base, base_draws = _pooled(plain, resamples, seed)
+    entries, per_layer = [], []
+    for a, k in enumerate(layers):
+        nll, draws = {"plain": base}, {"plain": base_draws}
+        for b, w in enumerate(THEORY):
+            j = (a * len(THEORY) + b) * n
+            mine = edited[j : j + n]
+            entries.append({"edit": specs[j // n], **_clean(effects(plain, mine, resamples=resamples, seed=seed)), "null": None,
+                            "decision": "no random place: compared with the other replacements"})  # fmt: skip
+            nll[w], draws[w] = _pooled(mine, resamples, seed)
+        chain = ["plain", *THEORY]
+        steps = [
+            {"from": u, "to": v, "nll": nll[v] - nll[u], "nll_interval": _interval(draws[v] - draws[u])}
+            for u, v in zip(chain, chain[1:], strict=False)
+        ]
+        plain_to = {w: _interval(draws[w] - draws["plain"]) for w in THEORY}
+        per_layer.append({"layer": k, "nll": nll, "differences": steps, "plain_to": plain_to, **gap_share(nll, draws)})
+    return {
+        "study": "theory",
+        "layers": layers,
+        "twin_steps": TWIN_STEPS,
+        "rule": "share of the gap = (NLL_uniform - NLL_twin) / (NLL_uniform - NLL_plain), "
+        "given only where the gap's paired 95 % interval excludes zero",
+        "nll": base,
+        "nll_interval": _interval(base_draws),
+        "edits": entries,
+        "per_layer": per_layer,
+        "counts": counts,
+        "forwards": counts["forwards"],
+        "seconds": time.perf_counter() - t0,
+    }
+
+
 def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0) -> dict:
     """One of :data:`STUDIES` (the guide states each protocol and rule). The plain states come from one
-    recorded executor run; the edits of the study then run in one more, each edit starting at its block."""
+    recorded executor run; the edits of the study then run in one more, each edit starting at its block
+    (``theory``: :func:`theory_study`, one run with its plain branches)."""
     from attndyn.models.executor import run
 
     if study not in STUDIES:
         raise ValueError(f"study {study!r} is not one of {', '.join(STUDIES)}")
+    if study == "theory":
+        return theory_study(decoder, prompts, dtype=dtype, seed=seed)
     t0 = __import__("time").perf_counter()
     plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True)
     hidden = [r.hidden for r in plain]

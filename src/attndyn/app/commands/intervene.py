@@ -18,7 +18,7 @@ def intervene(
         typer.Option("--edit", help="An edit, e.g. zero:block=11,token=0,dim=507 or skip:blocks=3-5 (repeat; ';' joins edits made at once)."),
     ] = None,
     prompts: Annotated[Path | None, typer.Option("--prompts", help="Prompts, one per paragraph (default: the shipped ones).")] = None,
-    study: Annotated[list[str] | None, typer.Option("--study", help="massive, depth or sinks (repeatable).")] = None,
+    study: Annotated[list[str] | None, typer.Option("--study", help="massive, depth, sinks or theory (repeatable).")] = None,
     draws: Annotated[int, typer.Option("--draws", help="Draws of each edit's null (at least 5 for a decision).")] = 5,
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
@@ -27,9 +27,10 @@ def intervene(
     """Edit a decoder's forward; each edit's loss beside its null.
 
     The edits: a residual entry zeroed, set to its mean or scaled; a block, span, sublayer or head
-    skipped; a layer's attention made uniform or without the first key; a state patched from another
-    prompt. It writes interventions.json and a page: each edit's next-token loss, perplexity ratio and KL
-    from the plain output, with bootstrap intervals over prompts, beside its null."""
+    skipped; a layer's attention made uniform, without the first key, or replaced by its particle twin's
+    step or flow; a state patched from another prompt. It writes interventions.json and a page: each
+    edit's next-token loss, perplexity ratio and KL from the plain output, with bootstrap intervals over
+    prompts, beside its null."""
     import torch
 
     from attndyn.app.decoder_page import prompts_from
@@ -76,8 +77,9 @@ def intervene(
         record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype) for s in studies}
     except (ValueError, CheckpointError) as err:
         fail(str(err))
-    if not specs:
-        plain = iv.plain_record(decoder, ids, dtype=torch_dtype)
+    if not specs:  # the theory study's run holds the plain branches: no other plain run for them
+        theory = record["studies"].get("theory")
+        plain = {k: theory[k] for k in ("nll", "nll_interval", "counts")} if theory else iv.plain_record(decoder, ids, dtype=torch_dtype)
         record.update(plain)
     record.update(model=decoder.name, dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
     owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
@@ -86,4 +88,7 @@ def intervene(
     page(record, owner.folder)
     for e in record["edits"]:
         console.print(f"{e['edit']}: perplexity x{e['ppl_ratio']:.4g} {e['ppl_ratio_interval']}; {e['decision']}")
+    for r in record["studies"].get("theory", {}).get("per_layer", []):
+        share = r["share_status"] if r["share"] is None else f"{r['share']:.3g} {r['share_interval']}"
+        console.print(f"theory, layer {r['layer']}: gap uniform - plain {r['gap']:.4g} nats {r['gap_interval']}; share closed by the flow {share}")
     console.print(f"wrote {owner.folder / 'interventions.json'} and index.html in {record['seconds']:.1f} s")
