@@ -624,6 +624,32 @@ def test_constant_columns_are_left_out_of_the_layer_table():
     assert varying(rows, ["clusters", "sink_rate"]) == ["sink_rate"]
 
 
+def test_cluster_counts_carry_their_verdict_and_are_never_averaged_with_no_structure():
+    """Issue 47, item 4: the per-layer column averaged "1" and "n" (no structure) into numbers like
+    15.67 [1, 37.42]. Each layer now gives the share of each verdict over the prompts (a tally), the
+    particle twin's counts too, and a column whose verdicts change over the layers is shown."""
+    from attndyn.app.decoder_page import twin_summary, varying
+
+    nan = float("nan")
+    values = {"clusters": np.array([[1.0, nan, 3.0], [nan, nan, 3.0], [1.0, 2.0, 3.0]]), "median_norm": np.ones((3, 3))}
+    rows = geo.layer_table([], values=values)
+    assert [r["clusters"] for r in rows] == [
+        "one cluster in 2 of 3, no structure in 1 of 3",
+        "no structure in 2 of 3, 2 clusters in 1 of 3",
+        "3 clusters in 3 of 3",
+    ]
+    assert not any("clusters_ci" in r for r in rows)
+    assert varying(rows, ["clusters"]) == ["clusters"]
+    twins = _twins()
+    for i, t in enumerate(twins):
+        t["twin_clusters"] = "one cluster" if i % 2 else "no structure"
+    summary, _ = twin_summary(twins, (0,))
+    n = summary[0]["prompts"]
+    readings = ["one cluster" if i % 2 else "no structure" for i, t in enumerate(twins) if t["layer"] == 0]
+    assert sorted(summary[0]["twin_clusters"].split(", ")) == sorted(f"{r} in {readings.count(r)} of {n}" for r in set(readings))
+    assert summary[0]["network_clusters_last"] == f"no structure in {n} of {n}"
+
+
 def test_the_sole_leader_criterion_survives_one_row():
     n = 40
     P = np.zeros((1, n, n))
@@ -840,9 +866,8 @@ def _twins(prompts=4, layers=(0, 7, 15, 22, 28), token0=18, seed=0):
                     "uniform_top_leader_agrees": top == 0,
                     "leader_overlap": 1.0 if agrees else 2 / 3,
                     "uniform_leader_overlap": 1.0 if top == 0 else 2 / 3,
-                    **dict.fromkeys(
-                        ("identity", "one_step", "flow", "best_one_step", "twin_clusters", "network_clusters_next", "network_clusters_last"), 0.0
-                    ),
+                    **dict.fromkeys(("identity", "one_step", "flow", "best_one_step"), 0.0),
+                    **dict.fromkeys(("twin_clusters", "network_clusters_next", "network_clusters_last"), "no structure"),
                     **{f"{kind}_{name}": 0.0 for name in ("rope", "ffn", "rope_ffn") for kind in ("one_step", "flow")},
                     "attention_share_first": 0.1 + 0.01 * p,
                     "attention_share_last": 0.3 + 0.01 * p,
