@@ -49,6 +49,9 @@ def test_V2_at_most_three_hyperplane_values():
     a = ad.analyze(traj, model)
     assert a.regime.name == "hyperplanes"
     assert a.cluster_count <= 3
+    assert a.cluster_verdict in ("clusters", "one cluster")  # a count of clusters, not the points of a cloud
+    assert a.clusters_reading() in repr(a)  # the count is printed with its verdict
+    assert a.clusters_reading() == ("one cluster" if a.cluster_count == 1 else f"{a.cluster_count} clusters")
     assert a.max_distance_to_prediction < 1e-6  # SPEC §4.5 (b): converged to 1e-6
     assert a.monotone["max_i phi1*(z_i) (non-increasing)"]["monotone"]
 

@@ -262,6 +262,13 @@ def test_the_sweep_measure_and_analyze_count_a_collapse_alike(rng):
     three = np.vstack([c + rng.normal(0, 1e-6, (10, 2)) for c in ([0, 0], [5, 0], [0, 5])])
     xs = np.stack([rng.normal(0, 4.0, (30, 2)), three])
     assert cluster_count(np.array([0.0, 1.0]), xs, None, {"cluster_tol": 1e-3}) == 3.0
+    # a cloud without structure is NaN, not its 30 tokens: a mean over seeds never mixes it with counts (issue 47)
+    cloud = rng.uniform(-1, 1, (30, 2))  # a cloud that has not moved
+    xs = np.stack([cloud, cloud])
+    assert (
+        clusters.stable_cluster_count(cloud, scale=clusters.diameter_of(cloud), rel_min=1e-3 / clusters.diameter_of(cloud)).verdict == "no structure"
+    )
+    assert np.isnan(cluster_count(np.array([0.0, 1.0]), xs, None, {"cluster_tol": 1e-3}))
 
 
 def test_low_rank_spectra_equal_the_dense_ones():

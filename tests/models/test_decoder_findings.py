@@ -624,6 +624,32 @@ def test_constant_columns_are_left_out_of_the_layer_table():
     assert varying(rows, ["clusters", "sink_rate"]) == ["sink_rate"]
 
 
+def test_cluster_counts_carry_their_verdict_and_are_never_averaged_with_no_structure():
+    """Issue 47, item 4: the per-layer column averaged "1" and "n" (no structure) into numbers like
+    15.67 [1, 37.42]. Each layer now gives the share of each verdict over the prompts (a tally), the
+    particle twin's counts too, and a column whose verdicts change over the layers is shown."""
+    from attndyn.app.decoder_page import twin_summary, varying
+
+    nan = float("nan")
+    values = {"clusters": np.array([[1.0, nan, 3.0], [nan, nan, 3.0], [1.0, 2.0, 3.0]]), "median_norm": np.ones((3, 3))}
+    rows = geo.layer_table([], values=values)
+    assert [r["clusters"] for r in rows] == [
+        "one cluster in 2 of 3, no structure in 1 of 3",
+        "no structure in 2 of 3, 2 clusters in 1 of 3",
+        "3 clusters in 3 of 3",
+    ]
+    assert not any("clusters_ci" in r for r in rows)
+    assert varying(rows, ["clusters"]) == ["clusters"]
+    twins = _twins()
+    for i, t in enumerate(twins):
+        t["twin_clusters"] = "one cluster" if i % 2 else "no structure"
+    summary, _ = twin_summary(twins, (0,))
+    n = summary[0]["prompts"]
+    readings = ["one cluster" if i % 2 else "no structure" for i, t in enumerate(twins) if t["layer"] == 0]
+    assert sorted(summary[0]["twin_clusters"].split(", ")) == sorted(f"{r} in {readings.count(r)} of {n}" for r in set(readings))
+    assert summary[0]["network_clusters_last"] == f"no structure in {n} of {n}"
+
+
 def test_the_sole_leader_criterion_survives_one_row():
     n = 40
     P = np.zeros((1, n, n))
@@ -840,9 +866,8 @@ def _twins(prompts=4, layers=(0, 7, 15, 22, 28), token0=18, seed=0):
                     "uniform_top_leader_agrees": top == 0,
                     "leader_overlap": 1.0 if agrees else 2 / 3,
                     "uniform_leader_overlap": 1.0 if top == 0 else 2 / 3,
-                    **dict.fromkeys(
-                        ("identity", "one_step", "flow", "best_one_step", "twin_clusters", "network_clusters_next", "network_clusters_last"), 0.0
-                    ),
+                    **dict.fromkeys(("identity", "one_step", "flow", "best_one_step"), 0.0),
+                    **dict.fromkeys(("twin_clusters", "network_clusters_next", "network_clusters_last"), "no structure"),
                     **{f"{kind}_{name}": 0.0 for name in ("rope", "ffn", "rope_ffn") for kind in ("one_step", "flow")},
                     "attention_share_first": 0.1 + 0.01 * p,
                     "attention_share_last": 0.3 + 0.01 * p,
@@ -1028,3 +1053,71 @@ def test_the_page_states_the_uniform_sink_value_instead_of_comparing(tmp_path, m
     sink = [s for s in study["sentences"] if "sink rate (Gu" in s]
     assert not [s for s in sink if "uniform causal attention in" in s]  # no "exceeds uniform causal attention in blocks ..."
     assert [s for s in sink if s.startswith("Under uniform causal attention the sink rate (Gu") and "by construction" in s]
+
+
+def _margin_by_hand(values):
+    """Mean and Monte-Carlo standard error of a margin over replicates, with the standard library: separate code."""
+    import statistics
+
+    return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+
+
+def test_the_shared_decision_rule_on_margins_far_from_zero():
+    """Issue 47, item 2: a decision needs its margin to exceed 3 Monte-Carlo standard errors over >= 5
+    independent replicates. Far from 0 each answer is made, with the margin and its error of the rule."""
+    rng = np.random.default_rng(0)
+    lo = 0.5 + 0.01 * rng.normal(size=6)
+    d = nulls.decide(lo, lo + 0.3)
+    assert (d.word, d.replicates) == ("exceeds", 6)
+    np.testing.assert_allclose([d.margin, d.mc_se], _margin_by_hand(lo), rtol=1e-12)
+    hi = -0.4 + 0.02 * rng.normal(size=5)
+    d = nulls.decide(hi - 0.2, hi)
+    assert d.word == "falls below"
+    np.testing.assert_allclose([d.margin, d.mc_se], _margin_by_hand(-hi), rtol=1e-12)
+    lo = -0.3 + 0.01 * rng.normal(size=5)
+    hi = 0.2 + 0.01 * rng.normal(size=5)
+    d = nulls.decide(lo, hi)
+    assert d.word == "cannot be told"
+    np.testing.assert_allclose([d.margin, d.mc_se], _margin_by_hand(np.minimum(-lo, hi)), rtol=1e-12)
+    assert nulls.decide([0.0] * 5, [0.0] * 5).word == "cannot be told"  # no difference in any replicate (a null fixed as the network)
+
+
+def test_the_shared_decision_rule_leaves_a_margin_near_zero_with_a_large_spread_undetermined():
+    """A margin near 0 with a large Monte-Carlo spread: single replicates answer both ways (the issue's
+    flipping decisions), the rule answers neither."""
+    lo = np.array([0.05, -0.02, 0.08, -0.01, 0.03])  # mean 0.026, standard error 0.019: 1.4 errors
+    hi = lo + 0.2
+    singles = {nulls.comparison_sentence("x", "y", [3], {"lo": [a], "hi": [b]}, pool="p").split(" y ")[0] for a, b in zip(lo, hi, strict=True)}
+    assert singles == {"The network's x exceeds", "The network's x cannot be told from"}
+    d = nulls.decide(lo, hi)
+    assert d.word == nulls.UNDETERMINED
+    assert not d.decided
+    mean, se = _margin_by_hand(lo)
+    np.testing.assert_allclose([d.margin, d.mc_se], [mean, se], rtol=1e-12)
+    assert 0 < mean < 3 * se
+    assert nulls.decide([0.5] * 4, [0.7] * 4).word == nulls.UNDETERMINED  # fewer than 5 replicates: no decision
+    assert nulls.decide([0.5, 0.5, 0.5, 0.5, 0.5, np.nan], [0.7] * 6).replicates == 5  # a NaN replicate is left out
+    with pytest.raises(ValueError, match="lower end"):
+        nulls.decide([1.0] * 5, [0.0] * 5)
+
+
+def test_replicates_are_disjoint_draws_with_their_own_seeds_and_the_sentence_names_the_undetermined():
+    rng = np.random.default_rng(1)
+    P, D, L = 12, 10, 3
+    a = rng.normal(size=(P, L)) + np.array([3.0, 0.0, 0.0])  # column 0 far above the null, 1 equal to it (2 replaced below)
+    b = rng.normal(size=(P, D, L))
+    rep = nulls.replicate_differences(a, b, sets=5, seed=7)
+    assert rep["lo_sets"].shape == rep["hi_sets"].shape == (5, L)
+    for r in range(5):  # set r: draws r and r + 5, bootstrap seed 7 + r
+        one = nulls.draws_difference(a, b[:, [r, r + 5]], seed=7 + r)
+        np.testing.assert_array_equal(rep["lo_sets"][r], one["lo"])
+    np.testing.assert_allclose(rep["mean"], a.mean(0) - b.mean(axis=(0, 1)), rtol=1e-12)
+    lo_sets = np.c_[rep["lo_sets"][:, :2], [0.05, -0.02, 0.08, -0.01, 0.03]]
+    hi_sets = np.c_[rep["hi_sets"][:, :2], lo_sets[:, 2] + 0.2]
+    text = nulls.comparison_sentence("x", "shuffled tokens", [1, 2, 3], {"lo_sets": lo_sets, "hi_sets": hi_sets}, pool="12 prompts", unit="hidden")
+    assert "exceeds shuffled tokens after block 0" in text
+    assert "cannot be told from shuffled tokens after block 1" in text
+    assert f"is {nulls.UNDETERMINED} against shuffled tokens after block 2" in text
+    assert "3 Monte-Carlo standard errors over 5 independent replicates" in text
+    with pytest.raises(ValueError, match="at least sets = 5 draws"):
+        nulls.replicate_differences(a, b[:, :4])

@@ -150,7 +150,7 @@ def test_the_decision_rule():
     assert decide([-0.3] * 5, [-0.1] * 5) == "falls below"
     assert decide([0.1, -0.1, 0.1, 0.1, 0.1], [0.3] * 5) == "undetermined (depends on the draw)"
     assert decide([-0.1] * 5, [0.1] * 5) == "cannot be told"
-    assert decide([0.1] * 4, [0.3] * 4) == "cannot be told"  # fewer than 5 draws
+    assert decide([0.1] * 4, [0.3] * 4) == "undetermined (depends on the draw)"  # fewer than 5 draws: no decision (issue 47)
 
 
 def _folder_with_prompts(tmp_path):

@@ -13,12 +13,17 @@ Pure functions on host arrays (NumPy in, NumPy out; convert tensors with ``attnd
   between-cluster distances, the gap's ratio and spread, the silhouette). ``scale`` is the reference
   length of the system (a trajectory's initial diameter, 2 for unit vectors; by default the points'
   own): a system that shrank far below it counts one cluster; k clusters separated by a gap count k
-  (measured down to a planted silhouette of 0.5 in d >= 64, 0.85 in the plane; a tight cluster beside
-  a loose one counts 2; coordinates of any finite size); a cloud without a gap has no structure and
-  counts every point the resolution tells apart. Long or curved clusters (silhouette < 0.5) read "no
-  structure" even when a gap separates them. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
+  (measured down to a planted silhouette of 0.5 in d >= 64, 0.85 in the plane, and at any silhouette
+  when the gap is clean, the nearest pair between clusters >= 1.2 times the widest pair inside one,
+  measured in d = 64, 576, 4096; a tight cluster beside a loose one counts 2; coordinates of any
+  finite size); a cloud without a gap has no structure and counts every point the resolution tells
+  apart. Long or curved clusters (silhouette < 0.5, no clean gap) read "no structure" even when a gap
+  separates them. ``analyze``, the sweeps' ``cluster_count`` and the trained-decoder
   geometry use it; the rule and its limits are in docs/guide/analysis.md.
-* ``silhouette(distances, labels)``, ``distance_matrix(points)``: the evidence's building blocks.
+* ``StableCount.reading()``, ``reading_of(count)``, ``tally(readings)``: the count with its verdict
+  ("k clusters", "one cluster", "no structure"), and the share of each verdict over prompts or draws
+  (tables report these shares; they never average a count with the "no structure" number of points).
+* ``silhouette(distances, labels)``, ``clean_ratio(distances, labels)``, ``distance_matrix(points)``: the evidence's building blocks.
 * ``merge_events(ts, xs, tol=...)``: the save times at which clusters merge, with the tokens of
   each merging cluster.
 """
@@ -88,6 +93,7 @@ GAP_SPREAD_MIN = 1.25  # ... and (log) at least 1.25 times as wide as the spread
 GAP_FALSE_ALARM = 3.5  # ... or wider than 1 + 3.5 / ln(n / 2) (uniform 1-D clouds pass a gap test 2-6 % of draws, n = 20-300)
 SPREAD_CLUSTER_MIN = 5  # ... judged cluster by cluster when every cluster has at least 5 points
 SILHOUETTE_MIN = 0.5  # ... and a partition of "reasonable structure" (Kaufman & Rousseeuw 1990: > 0.5)
+CLEAN_GAP_MIN = 1.2  # ... or a clean gap: every cluster >= 2 points, the nearest pair between clusters 1.2 x the widest pair inside one
 ONE_FRACTION = 0.5  # one cluster: no significant gap and a diameter at most half the reference scale
 
 
@@ -105,7 +111,9 @@ class StableCount:
     the largest merge distance inside the counted clusters and the smallest distance between them (the
     window's edges for ``"clusters"``). ``gap_ratio`` = between / within; ``gap_spread``: the gap's log
     width over the log spread of the merges on either side; ``silhouette``: the mean silhouette of the
-    counted partition (Rousseeuw 1987; NaN unless ``"clusters"``).
+    counted partition (Rousseeuw 1987; NaN unless ``"clusters"``); ``clean_ratio``: the smallest distance
+    between the counted clusters over the largest distance inside one (a clean gap when > 1; NaN unless
+    ``"clusters"`` with every cluster of at least two points).
     """
 
     count: int
@@ -121,6 +129,41 @@ class StableCount:
     gap_ratio: float = float("nan")
     gap_spread: float = float("nan")
     silhouette: float = float("nan")
+    clean_ratio: float = float("nan")
+
+    def reading(self) -> str:
+        """The count with its verdict: ``"3 clusters"``, ``"one cluster"`` or ``"no structure"`` (whose
+        ``count``, the points the resolution tells apart, is no number of clusters: never average it with one)."""
+        return reading_of(self.count if self.verdict != "no structure" else None)
+
+
+def reading_of(count: float | None) -> str:
+    """``"k clusters"``, ``"one cluster"``, or ``"no structure"`` for ``None`` or NaN (how a table stores that verdict)."""
+    if count is None or not np.isfinite(count):
+        return "no structure"
+    return "one cluster" if int(count) == 1 else f"{int(count)} clusters"
+
+
+def tally(readings: list[str]) -> str:
+    """How often each reading occurs among ``readings`` (prompts, draws), most common first, e.g.
+    ``"no structure in 3 of 4, 2 clusters in 1 of 4"``: counts over draws are summarised by the share of
+    each verdict, never averaged (an average would mix a count of clusters with the points of a cloud)."""
+    if not readings:
+        return "-"
+    kinds, counts = np.unique(np.asarray(readings, dtype=str), return_counts=True)
+    order = sorted(range(len(kinds)), key=lambda i: (-counts[i], str(kinds[i])))
+    return ", ".join(f"{kinds[i]} in {counts[i]} of {len(readings)}" for i in order)
+
+
+def clean_ratio(distances: np.ndarray, labels: np.ndarray) -> float:
+    """The smallest distance between clusters over the largest distance inside one (NaN with fewer than two
+    clusters or a cluster of one point): the partition has a *clean gap* when this exceeds 1."""
+    labels = np.asarray(labels)
+    sizes = np.bincount(labels)
+    if len(sizes) < 2 or sizes.min() < 2:
+        return float("nan")
+    same = labels[:, None] == labels[None, :]
+    return float(distances[~same].min() / distances[same].max())
 
 
 def diameter_of(points: np.ndarray) -> float:
@@ -296,7 +339,7 @@ def _count(a: np.ndarray, ref_scale: float, rel_min: float, rel_max: float) -> S
         if right <= left:
             continue
         ratio = h[j] / h[j - 1]
-        if ratio < GAP_RATIO_MIN:
+        if ratio < min(GAP_RATIO_MIN, CLEAN_GAP_MIN):  # below GAP_RATIO_MIN only a clean gap can count (it is <= ratio)
             continue
         spread = _gap_spread(h, j, tree)
         significant = spread >= GAP_SPREAD_MIN
@@ -306,10 +349,11 @@ def _count(a: np.ndarray, ref_scale: float, rel_min: float, rel_max: float) -> S
         width = np.log10(right / left)
         if significant and width > best_width and not _loose_singletons(tree, k):
             labels = _first_appearance(fcluster(tree, t=k, criterion="maxclust"))
-            sil = silhouette(dist, labels)
-            if sil >= SILHOUETTE_MIN:
-                best, best_width = (k, float(left), float(right), float(ratio), spread, sil), width
-    if diameter <= ONE_FRACTION * reference and diameter < hi and np.log10(hi / diameter) > best_width:
+            sil, clean = silhouette(dist, labels), clean_ratio(dist, labels)
+            if (ratio >= GAP_RATIO_MIN and sil >= SILHOUETTE_MIN) or clean >= CLEAN_GAP_MIN:
+                best, best_width = (k, float(left), float(right), float(ratio), spread, sil, clean), width
+    clean_best = best is not None and best[-1] >= CLEAN_GAP_MIN  # a clean gap inside: never one cluster
+    if not clean_best and diameter <= ONE_FRACTION * reference and diameter < hi and np.log10(hi / diameter) > best_width:
         width = float(np.log10(hi / diameter))
         return StableCount(1, diameter, float(hi), width, diameter, "one cluster", reference, nearest, float(raw[-1]))
     if best is None and resolved == 1:  # chained below the resolution
@@ -319,8 +363,10 @@ def _count(a: np.ndarray, ref_scale: float, rel_min: float, rel_max: float) -> S
         right = float(raw[n - resolved])
         width = float(np.log10(right / lo))
         return StableCount(resolved, lo, right, width, diameter, "no structure", reference, nearest)
-    k, left, right, ratio, spread, sil = best
-    return StableCount(k, left, right, float(np.log10(right / left)), diameter, "clusters", reference, nearest, left, right, ratio, spread, sil)
+    k, left, right, ratio, spread, sil, clean = best
+    return StableCount(
+        k, left, right, float(np.log10(right / left)), diameter, "clusters", reference, nearest, left, right, ratio, spread, sil, clean
+    )
 
 
 @dataclass(frozen=True)

@@ -64,13 +64,19 @@ class Analysis:
     monotone: dict = field(default_factory=dict)
     # numerical-validity notes, e.g. a rescaled run that went past its float64 precision horizon
     warnings: list[str] = field(default_factory=list)
+    # the count's verdict ("clusters", "one cluster", "no structure": then cluster_count is the points told apart)
+    cluster_verdict: str = "clusters"
+
+    def clusters_reading(self) -> str:
+        """The count with its verdict: "k clusters", "one cluster" or "no structure"."""
+        return clusters.reading_of(self.cluster_count if self.cluster_verdict != "no structure" else None)
 
     def __repr__(self) -> str:
         far = "" if self.max_distance_to_prediction is None else f", farthest token {self.max_distance_to_prediction:.3g} from the prediction"
         warn = f", {len(self.warnings)} warning{'s' if len(self.warnings) != 1 else ''}" if self.warnings else ""
         return (
-            f"Analysis({self.regime.name}: {self.regime.reference or 'no theorem applies'}; {self.cluster_count} cluster"
-            f"{'s' if self.cluster_count != 1 else ''} in {self.space} at t = {self.t_final:g}{far}{warn})"
+            f"Analysis({self.regime.name}: {self.regime.reference or 'no theorem applies'}; {self.clusters_reading()}"
+            f" in {self.space} at t = {self.t_final:g}{far}{warn})"
         )
 
     __str__ = __repr__
@@ -268,6 +274,7 @@ def analyze(traj: Trajectory, model: Model, *, seed: int = 0) -> Analysis:
         t_final=float(ts[-1]),
         space=space,
         cluster_count=stable.count,
+        cluster_verdict=stable.verdict,
         cluster_tol_range=(stable.tol_low, stable.tol_high),
         cluster_decades=stable.decades,
         labels=labels.tolist(),

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from attndyn import __version__
+from attndyn.analysis.clusters import tally
 from attndyn.app.tables import TABLE_SCRIPT, sortable_table
 from attndyn.claims.trained_decoder import depth_figures
 from attndyn.core.parallel import pmap
@@ -287,6 +288,7 @@ METRIC_NAMES = {
 }
 
 
+CLUSTER_KEYS = ("twin_clusters", "network_clusters_next", "network_clusters_last")
 SHARE_KEYS = ("attention_share_first", "attention_share_last", "attention_share_shapley", "ffn_share_shapley")
 
 
@@ -299,12 +301,12 @@ def twin_summary(twins: list[dict], layers: tuple[int, ...]) -> tuple[list[dict]
     are not independent of each other)."""
     summary = []
     keys = ("identity", "one_step", "flow", "best_one_step", "leader_overlap", "top_leader_agrees", "uniform_leader_overlap",
-            "uniform_top_leader_agrees", "twin_clusters", "network_clusters_next", "network_clusters_last",
-            "attention_share_first", "attention_share_last", "attention_share_shapley", "ffn_share_first", "ffn_share_last",
-            "ffn_share_shapley", *(f"{kind}_{name}" for name, _, _ in geo.VARIANTS for kind in ("one_step", "flow")))  # fmt: skip
+            "uniform_top_leader_agrees", "attention_share_first", "attention_share_last", "attention_share_shapley", "ffn_share_first",
+            "ffn_share_last", "ffn_share_shapley", *(f"{kind}_{name}" for name, _, _ in geo.VARIANTS for kind in ("one_step", "flow")))  # fmt: skip
     for k in layers:
         rows = [t for t in twins if t["layer"] == k]
         row = {key: float(np.mean([t[key] for t in rows])) for key in keys} | {"layer": k, "prompts": len(rows)}
+        row |= {key: tally([t[key] for t in rows]) for key in CLUSTER_KEYS}  # each verdict's share, never a mean of counts
         for key in SHARE_KEYS:
             lo, hi = nulls.bootstrap_interval([t[key] for t in rows])
             row[f"{key}_ci"] = [float(lo), float(hi)]
@@ -898,11 +900,15 @@ LAYER_KEYS = ["mean_cosine", "mean_cosine_without_first", "standardized_cosine",
               "first_token_sole_leader", "attention_entropy", "boolean_distance"]  # fmt: skip
 
 
+def _finite_or_text(v) -> bool:
+    return isinstance(v, str) or (isinstance(v, (int, float)) and bool(np.isfinite(v)))
+
+
 def varying(rows: list[dict], keys: list[str]) -> list[str]:
     """The keys whose column is not constant over the rows (a constant column says nothing per layer)."""
     out = []
     for k in keys:
-        vals = {round(float(r[k]), 12) for r in rows if k in r and isinstance(r[k], (int, float)) and np.isfinite(r[k])}
+        vals = {r[k] if isinstance(r[k], str) else round(float(r[k]), 12) for r in rows if k in r and _finite_or_text(r[k])}
         if len(vals) > 1:
             out.append(k)
     return out

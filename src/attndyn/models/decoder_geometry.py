@@ -54,7 +54,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from attndyn.analysis.clusters import stable_cluster_count
+from attndyn.analysis.clusters import reading_of, stable_cluster_count, tally
 from attndyn.core.dynamics import Model, attention_matrix, prepare, vector_field, velocity
 from attndyn.core.simulation import simulate
 from attndyn.core.solvers import RK4, FixedStep, integrate
@@ -161,7 +161,7 @@ def layer_values(
                 put("standardized_cosine", p, layer, standardized_cosine(h[1:], mean, std) if len(h) > 2 else np.nan)
             if clusters:
                 count = stable_cluster_count(h / norms[:, None], scale=2.0, rel_min=1e-3)
-                put("clusters", p, layer, count.count)
+                put("clusters", p, layer, count.count if count.verdict != "no structure" else np.nan)  # NaN: no structure
                 put("cluster_decades", p, layer, count.decades)
             put("effective_rank", p, layer, effective_rank(h))
             if want("stable_rank"):
@@ -199,6 +199,10 @@ def layer_table(forwards: list[Forward], *, values: dict[str, np.ndarray] | None
     L = next(iter(v.values())).shape[1] - 1
     rows = [{"layer": layer} for layer in range(L + 1)]
     for key, arr in v.items():
+        if key == "clusters":  # the share of each verdict over the prompts, never a mean of counts and "no structure"
+            for layer in range(L + 1):
+                rows[layer][key] = tally([reading_of(c) for c in arr[:, layer]])
+            continue
         if key in ("massive_token", "massive_dim"):
             for layer in range(L + 1):
                 rows[layer][key] = _mode(arr[:, layer])
@@ -456,9 +460,9 @@ def twin(
     twin_leaders = leaders_of(attention_matrix(model, theta).numpy())
     last = fw.hidden[-1].double().numpy()
     counts = {  # clusters of the unit tokens: the twin's late state against the network's next and last layers
-        "twin_clusters": stable_cluster_count(theta, scale=2.0, rel_min=1e-3).count,
-        "network_clusters_next": stable_cluster_count(real / np.linalg.norm(real, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).count,
-        "network_clusters_last": stable_cluster_count(last / np.linalg.norm(last, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).count,
+        "twin_clusters": stable_cluster_count(theta, scale=2.0, rel_min=1e-3).reading(),
+        "network_clusters_next": stable_cluster_count(real / np.linalg.norm(real, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).reading(),
+        "network_clusters_last": stable_cluster_count(last / np.linalg.norm(last, axis=-1, keepdims=True), scale=2.0, rel_min=1e-3).reading(),
     }
     real_leaders = leaders_of(fw.attentions[layer].double().numpy())
     by_scale = {s: _discrepancy(x + velocity(0.0, x, _twin_model(decoder, layer, s, weights)), real) for s in scales}

@@ -35,8 +35,21 @@ Contract
   for every n), or "" where it is not: a comparison with that null is then vacuous and is not made.
 * ``shuffled(ids, rng, keep)``: the prompt's tokens in a random order, the first ``keep`` left in place
   (Gemma's beginning-of-sequence token).
+* ``decide(lo, hi)``: the decision rule shared by the findings against a null (issue 47, item 2; the
+  interventions' decisions and :func:`comparison_sentence` given replicates use it). ``lo``,
+  ``hi``: the interval of the difference network - null from each of R >= ``REPLICATES_MIN`` = 5
+  independent replicates (each its own set of permutations or random draws and its own bootstrap seed).
+  Each replicate gives three margins, ``lo`` (exceeds when > 0), ``-hi`` (falls below when > 0) and
+  ``min(-lo, hi)`` (cannot be told when >= 0); a decision is made only where the mean of its margin over
+  the replicates exceeds ``MC_SE_MIN`` = 3 Monte-Carlo standard errors (the replicates' standard deviation
+  over sqrt(R)); otherwise, or with fewer than 5 replicates, it is "undetermined (depends on the draw)".
+  A :class:`Decision` carries the word, the margin, its standard error and R. ``replicate_differences(a,
+  b, sets)``: those R intervals from ``draws_difference`` on disjoint sets of the null's draws, bootstrap
+  seeds ``seed + r``.
 * ``comparison_sentence(metric, null, layers, diff)``: the layers where the interval of the difference
-  network - null lies above zero, below zero, or contains zero, written as one sentence, with the pool.
+  network - null lies above zero, below zero, or contains zero, written as one sentence, with the pool;
+  with replicates (``diff["lo_sets"]``, ``diff["hi_sets"]``: ``(R, layers)``) by :func:`decide`, the
+  undetermined layers named as such.
 """
 
 from __future__ import annotations
@@ -151,6 +164,65 @@ def draws_difference(
             mean = np.where(np.abs(mean) <= rounding * np.abs(a.mean(0)), 0.0, mean)
     q = (1 - level) / 2
     return {"mean": mean, "lo": np.quantile(diffs, q, axis=0), "hi": np.quantile(diffs, 1 - q, axis=0)}
+
+
+REPLICATES_MIN = 5  # independent sets of permutations / draws and bootstrap seeds a decision needs
+MC_SE_MIN = 3.0  # a decision's mean margin over the replicates, in Monte-Carlo standard errors
+UNDETERMINED = "undetermined (depends on the draw)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """How the network compares with a null: ``word`` "exceeds", "falls below", "cannot be told" or
+    :data:`UNDETERMINED`; ``margin`` and ``mc_se``: the mean over the replicates of the deciding margin
+    (for an undetermined one, the largest of the three margins' means) and its Monte-Carlo standard error;
+    ``replicates``: R."""
+
+    word: str
+    margin: float
+    mc_se: float
+    replicates: int
+
+    @property
+    def decided(self) -> bool:
+        return self.word != UNDETERMINED
+
+
+def decide(lo: np.ndarray | list, hi: np.ndarray | list) -> Decision:
+    """The decision rule of every finding (module docstring): ``lo``, ``hi`` ``(R,)`` are the intervals of
+    the difference network - null from R independent replicates; NaN intervals are left out."""
+    lo, hi = np.asarray(lo, dtype=np.float64).ravel(), np.asarray(hi, dtype=np.float64).ravel()
+    if lo.shape != hi.shape:
+        raise ValueError(f"decide needs one interval per replicate; got {lo.size} lower and {hi.size} upper ends")
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    lo, hi = lo[ok], hi[ok]
+    if (lo > hi).any():
+        raise ValueError(f"decide: an interval's lower end exceeds its upper end ({lo[lo > hi][0]:g} > {hi[lo > hi][0]:g})")
+    R = lo.size
+    if R < REPLICATES_MIN:
+        return Decision(UNDETERMINED, float("nan"), float("nan"), R)
+    margins = {"exceeds": lo, "falls below": -hi, "cannot be told": np.minimum(-lo, hi)}
+    stats = {w: (float(m.mean()), float(m.std(ddof=1) / np.sqrt(R))) for w, m in margins.items()}
+    for word, (mean, se) in stats.items():  # at most one margin's mean is > 0 (lo <= hi), so at most one decides
+        if mean > MC_SE_MIN * se or (word == "cannot be told" and mean == 0.0 and se == 0.0):  # [0, 0] every time: no difference
+            return Decision(word, mean, se, R)
+    mean, se = max(stats.values())
+    return Decision(UNDETERMINED, mean, se, R)
+
+
+def replicate_differences(
+    a: np.ndarray | list, b: np.ndarray | list, *, sets: int = REPLICATES_MIN, rounding: float = 0.0, seed: int = 0, **kw: object
+) -> dict:
+    """:func:`draws_difference` of ``a`` ``(P, ...)`` against ``sets`` disjoint sets of the null's draws
+    (``b``: ``(P, D, ...)``, D >= ``sets``; draws ``r, r + sets, ...`` make set r, the rest of D / sets left
+    out) with bootstrap seed ``seed + r``: ``{"lo_sets", "hi_sets"}`` ``(sets, ...)`` for :func:`decide`,
+    and the difference of the means over all draws (``"mean"``)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if b.ndim < 2 or b.shape[1] < sets:
+        raise ValueError(f"replicate_differences needs at least sets = {sets} draws of the null; got shape {b.shape}")
+    per = b.shape[1] // sets
+    parts = [draws_difference(a, b[:, r::sets][:, :per], rounding=rounding, seed=seed + r, **kw) for r in range(sets)]
+    return {"mean": a.mean(0) - b.mean(axis=(0, 1)), "lo_sets": np.stack([p["lo"] for p in parts]), "hi_sets": np.stack([p["hi"] for p in parts])}
 
 
 def draws_summary(b: np.ndarray | list, *, level: float = LEVEL, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
@@ -404,9 +476,16 @@ def comparison_sentence(metric: str, null: str, layers: list[int], diff: dict, *
     difference excludes zero) and where it cannot be told apart from it; ``unit`` names the rows by
     :func:`where`; ``draws`` (e.g. "8 shuffles of each prompt") says what else the interval resampled."""
     layers = list(layers)
-    above = [k for k, lo in zip(layers, diff["lo"], strict=True) if np.isfinite(lo) and lo > 0]
-    below = [k for k, hi in zip(layers, diff["hi"], strict=True) if np.isfinite(hi) and hi < 0]
-    same = [k for k, lo, hi in zip(layers, diff["lo"], diff["hi"], strict=True) if np.isfinite(lo) and lo <= 0 <= hi]
+    undetermined = []
+    if "lo_sets" in diff:  # replicates: the decision rule, and the layers it cannot decide
+        lo_sets, hi_sets = np.asarray(diff["lo_sets"], dtype=np.float64), np.asarray(diff["hi_sets"], dtype=np.float64)
+        words = {k: decide(lo_sets[:, i], hi_sets[:, i]).word for i, k in enumerate(layers) if np.isfinite(lo_sets[:, i]).any()}
+        above, below, same = ([k for k, w in words.items() if w == word] for word in ("exceeds", "falls below", "cannot be told"))
+        undetermined = [k for k, w in words.items() if w == UNDETERMINED]
+    else:
+        above = [k for k, lo in zip(layers, diff["lo"], strict=True) if np.isfinite(lo) and lo > 0]
+        below = [k for k, hi in zip(layers, diff["hi"], strict=True) if np.isfinite(hi) and hi < 0]
+        same = [k for k, lo, hi in zip(layers, diff["lo"], diff["hi"], strict=True) if np.isfinite(lo) and lo <= 0 <= hi]
     parts = []
     if above:
         parts.append(f"exceeds {null} {where(above, unit)}")
@@ -414,7 +493,14 @@ def comparison_sentence(metric: str, null: str, layers: list[int], diff: dict, *
         parts.append(f"falls below {null} {where(below, unit)}")
     if same:
         parts.append(f"cannot be told from {null} {where(same, unit)}")
+    if undetermined:
+        parts.append(f"is {UNDETERMINED} against {null} {where(undetermined, unit)}")
     if not parts:
         return ""
     over = f"{pool} and {draws}" if draws else pool
-    return f"The network's {metric} " + "; ".join(parts) + f" ({int(LEVEL * 100)} % bootstrap interval of the difference over {over})."
+    rule = (
+        f"; decided where the margin exceeds {MC_SE_MIN:g} Monte-Carlo standard errors over {len(diff['lo_sets'])} independent replicates"
+        if "lo_sets" in diff
+        else ""
+    )
+    return f"The network's {metric} " + "; ".join(parts) + f" ({int(LEVEL * 100)} % bootstrap interval of the difference over {over}{rule})."

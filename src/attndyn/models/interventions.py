@@ -360,24 +360,13 @@ def null_edits(edit: Edit, decoder: Decoder, lengths: list[int], rng: np.random.
 
 
 def decide(lo: list[float], hi: list[float]) -> str:
-    """The findings' rule on the difference edit - null over >= 5 independent null draws: 'exceeds' or
-    'falls below' where every draw's difference interval excludes zero on the same side and the mean margin
-    exceeds 3 Monte-Carlo standard errors of the draws; 'undetermined (depends on the draw)' where draws
-    disagree; 'cannot be told' otherwise. ``lo``/``hi``: per null draw, the interval of the difference edit - null."""
-    lows = np.asarray(lo, dtype=float)
-    highs = np.asarray(hi, dtype=float)
-    if lows.size < 5:
-        return "cannot be told"
-    above, below = lows > 0, highs < 0
-    mid = (lows + highs) / 2
-    mc = mid.std(ddof=1) / np.sqrt(mid.size) if mid.size > 1 else np.inf
-    if above.all() and mid.mean() > 3 * mc:
-        return "exceeds"
-    if below.all() and -mid.mean() > 3 * mc:
-        return "falls below"
-    if above.any() or below.any():
-        return "undetermined (depends on the draw)"
-    return "cannot be told"
+    """The findings' rule (:func:`attndyn.models.decoder_nulls.decide`, shared by every finding) on the
+    difference edit - null over >= 5 independent null draws: a word where its margin exceeds 3 Monte-Carlo
+    standard errors of the draws, 'undetermined (depends on the draw)' otherwise. ``lo``/``hi``: per null
+    draw, the interval of the difference edit - null."""
+    from attndyn.models.decoder_nulls import decide as shared
+
+    return shared(lo, hi).word
 
 
 def _pooled(results, resamples: int, seed: int) -> tuple[float, np.ndarray]:

@@ -64,14 +64,17 @@ def cluster_count(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -
     """Clusters at the last save time, by the definition ``analyze`` uses
     (:func:`attndyn.analysis.clusters.stable_cluster_count`): groups separated by a significant gap
     in the merge distances, at resolution ``cluster_tol`` (absolute: tokens closer than it are one
-    cluster) and relative to the system's initial diameter, so a collapsed system counts 1 and a
-    cloud without a gap counts every token it tells apart."""
+    cluster) and relative to the system's initial diameter, so a collapsed system counts 1. NaN where
+    the tokens have no structure (no gap, not collapsed): that verdict's count is the tokens told apart,
+    no number of clusters, so a mean over seeds (which skips NaN) never mixes the two, and the share of
+    seeds without structure is the share of NaN."""
     from attndyn.analysis.clusters import diameter_of, stable_cluster_count
 
     reference = max(diameter_of(xs[0]), diameter_of(xs[-1]))
     if reference <= options["cluster_tol"]:
         return 1.0
-    return float(stable_cluster_count(xs[-1], scale=reference, rel_min=options["cluster_tol"] / reference).count)
+    st = stable_cluster_count(xs[-1], scale=reference, rel_min=options["cluster_tol"] / reference)
+    return float(st.count) if st.verdict != "no structure" else float("nan")
 
 
 def boolean_distance(ts: np.ndarray, xs: np.ndarray, model: Model, options: dict) -> float:

@@ -132,8 +132,10 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="Run folder written by 
     table.add_row("why", result.regime.reason)
     table.add_row("prediction", result.regime.prediction or "-")
     lo, hi = result.cluster_tol_range
+    apart = f"{result.cluster_count} points told apart, " if result.cluster_verdict == "no structure" else ""
     table.add_row(
-        f"clusters in {result.space}", f"{result.cluster_count} (stable for tol in [{lo:.2g}, {hi:.2g}], {result.cluster_decades:.1f} decades)"
+        f"clusters in {result.space}",
+        f"{result.clusters_reading()} ({apart}stable for tol in [{lo:.2g}, {hi:.2g}], {result.cluster_decades:.1f} decades)",
     )
     if result.max_distance_to_prediction is not None:
         table.add_row("max distance to prediction", f"{result.max_distance_to_prediction:.3g}")
