@@ -22,9 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from attndyn.core.dynamics import Geometry, Kernel, Mask, Normalization, Scheme
 from attndyn.core.errors import UserError
-from attndyn.core.solvers import SolverName
+from attndyn.core.names import Geometry, Kernel, Mask, Normalization, Scheme, SolverName
 from attndyn.core.threads import MAX_THREADS
 
 
