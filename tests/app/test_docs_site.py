@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def site(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
     for name in ("docs", "examples", "src"):
-        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "notebooks", "claims.md"))
+        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "notebooks", "claims.md", "reference"))
     config = (ROOT / "mkdocs.yml").read_text().replace("execute: true", "execute: false")
     (tree / "mkdocs.yml").write_text(config)
     done = subprocess.run([sys.executable, str(tree / "docs" / "generate.py")], capture_output=True, text=True, timeout=300)
@@ -44,8 +44,11 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_the_site_has_every_page(site):
-    for page in ("index.html", "getting-started/index.html", "guide/engine/index.html", "claims/index.html", "api/core/index.html"):
+    pages = ("index.html", "getting-started/index.html", "guide/engine/index.html", "claims/index.html", "api/core/index.html")
+    for page in (*pages, "reference/config/index.html", "reference/cli/index.html"):
         assert (site / page).is_file(), page
+    assert "solver.max_pairs" in (site / "reference" / "config" / "index.html").read_text()  # the generated reference pages
+    assert "--force-adopt" in (site / "reference" / "cli" / "index.html").read_text()
     catalogue = (site / "claims" / "index.html").read_text()
     for cid in ("polytope", "gaussian-mean-field", "rank-collapse", "sinks"):
         assert f'id="{cid}"' in catalogue, cid

@@ -98,6 +98,46 @@ def test_light_commands_do_not_import_torch(args):
     assert not torch_loaded
 
 
+SWEEP_BASE = """seed = 0
+n = 6
+d = 2
+[init]
+kind = "sphere"
+[model]
+geometry = "sphere"
+[solver]
+method = "rk4"
+dt = 0.125
+t1 = 0.5
+save_every = 0.25
+"""
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished claim run (hardmax, --quick: about a second) and a finished two-task sweep, made once."""
+    from attndyn.app.cli import entry
+
+    root = tmp_path_factory.mktemp("light")
+    (root / "base.toml").write_text(SWEEP_BASE)
+    (root / "sweep.toml").write_text('base = "base.toml"\nmeasures = ["pair_fraction"]\n[grid]\n"model.beta" = [1.0, 2.0]\n')
+    assert entry(["reproduce", "hardmax", "--quick", "--out", str(root / "report")]) == 0
+    assert entry(["sweep", str(root / "sweep.toml"), "--out", str(root / "sweep"), "--workers", "0"]) == 0
+    return root
+
+
+# issue 52 item 7: the commands that only read what a run wrote, run for real on finished folders
+@pytest.mark.parametrize(
+    "args",
+    [["sweep", "status", "{root}/sweep"], ["judge", "{root}/report/runs/hardmax"], ["report", "{root}/report"]],
+    ids=["sweep-status", "judge", "report"],
+)
+def test_reading_commands_do_not_import_torch(finished, args):
+    code, torch_loaded = _imports_torch(*(a.format(root=finished) for a in args))
+    assert code == 0
+    assert not torch_loaded
+
+
 def test_the_probe_sees_torch_when_a_command_loads_it(tmp_path):
     # the probe's own check: a command that integrates does import torch
     cfg = tmp_path / "c.toml"

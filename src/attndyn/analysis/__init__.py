@@ -10,6 +10,18 @@ distance and leaders (``lowrank``), spectra and the regime of the paper that app
 Imports :mod:`attndyn.core` at most.
 """
 
-from attndyn.analysis.prediction import Analysis, analyze
-
 __all__ = ["Analysis", "analyze"]
+
+
+def __getattr__(name: str) -> object:
+    # loaded on first use: the light commands (`judge`, `report`) read through the NumPy-only
+    # submodules (numerics) without the torch that prediction imports
+    if name in __all__:
+        from attndyn.analysis import prediction
+
+        return getattr(prediction, name)
+    raise AttributeError(f"module 'attndyn.analysis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

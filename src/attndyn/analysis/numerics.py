@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attndyn.core.dynamics import Model
-from attndyn.core.simulation import simulate
-from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau
+if TYPE_CHECKING:  # annotations only: finite_json serves the light commands (`judge`, `report`) without torch
+    from attndyn.core.dynamics import Model
+    from attndyn.core.solvers import AdaptiveStep, FixedStep, Tableau
 
 
 def finite_json(obj: object) -> object:
@@ -102,6 +103,8 @@ def precision_horizon(
     u = np.random.default_rng(seed).normal(size=x0.shape)
     u /= np.linalg.norm(u, axis=-1, keepdims=True)
     batch = np.concatenate([x0, x0 + sizes[0] * scale[:, None, None] * u, x0 + sizes[1] * scale[:, None, None] * u])
+    from attndyn.core.simulation import simulate
+
     traj = simulate(model, batch, ts, solver=solver, step=step, max_steps=max_steps)
     xs = traj.numpy()[1]
     ref, a, b = xs[:, :S], xs[:, S : 2 * S], xs[:, 2 * S :]

@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict
 
 import attndyn as ad
@@ -233,6 +232,8 @@ def simulate_batch(
     ``engine`` (the claim's config) says on which device and in which dtype to integrate.
     """
     if engine is not None:
+        import torch  # here, not at the top: `attndyn judge` reads a run folder without the engine
+
         x0 = torch.as_tensor(np.asarray(x0, dtype=np.float64)).to(device=engine.device, dtype=getattr(torch, engine.dtype))
     if dt is not None:
         steps = round(t1 / dt)

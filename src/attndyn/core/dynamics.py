@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass
-from typing import Literal, get_args
+from typing import get_args
 
 import numpy as np
 import torch
@@ -55,15 +55,11 @@ import torch
 from attndyn.core import compiled, plan
 from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores, with_sink_bias
 from attndyn.core.attention import scores as _scores
+from attndyn.core.names import Geometry, Kernel, Mask, Normalization, Scheme
 from attndyn.core.schemes import SCHEME_TABLE, SCHEMES
 from attndyn.core.weights import Weights, as_float_tensor
 
-# Model options: defined once, reused by the config schema (attndyn.workflow.schema).
-Mask = Literal["full", "causal", "window"]
-Geometry = Literal["euclidean", "sphere"]
-Kernel = Literal["auto", "dense", "fused"]
-Normalization = Literal["softmax", "unnormalized", "linear"]
-Scheme = Literal[SCHEMES]  # the scheme table of attndyn.core.schemes: one entry a scheme
+# Model options: defined once in attndyn.core.names (without torch), reused by the config schema
 MASKS: tuple[str, ...] = get_args(Mask)
 GEOMETRIES: tuple[str, ...] = get_args(Geometry)
 ATTENTIONS: tuple[str, ...] = get_args(Kernel)

@@ -31,8 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
+
+from attndyn.core.names import Scheme
 
 
 def _perp(A: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -90,3 +93,4 @@ SCHEME_TABLE: dict[str, SchemeRule] = {
     "sqrt": SchemeRule("sqrt-scaling: s = sqrt(t + 1), r' = 0", _sqrt, unit_start=True, unit_speed=lambda t, args: 1.0 / math.sqrt(t + 1.0)),
 }
 SCHEMES: tuple[str, ...] = tuple(SCHEME_TABLE)
+assert SCHEMES == get_args(Scheme)  # the names the config schema validates against

@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import numpy as np
 import torch
+
+from attndyn.core.names import SolverName
 
 TABLEAU_TOL = 1e-13
 
@@ -187,8 +189,7 @@ def Dopri5() -> Tableau:
     return _DOPRI5
 
 
-# The one solver list: drives the config schema (attndyn.workflow.schema) and the tests.
-SolverName = Literal["euler", "heun", "rk4", "dopri5"]
+# The one solver list (its names in attndyn.core.names, without torch): drives the config schema and the tests.
 SOLVERS: dict[str, Callable[[], Tableau]] = {"euler": Euler, "heun": Heun, "rk4": RK4, "dopri5": Dopri5}
 assert tuple(SOLVERS) == get_args(SolverName)
 

@@ -25,14 +25,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attndyn.workflow.measures import MEASURES, measure_function
 from attndyn.workflow.schema import ConfigError, SweepError, parse_config, read_toml
-
-if TYPE_CHECKING:
-    pass
-
 
 SWEEP_KEYS = {"base", "grid", "measures", "pair_threshold", "cluster_tol"}
 # The most points one sweep may hold (a stated limit, checked before any point is made): every task is

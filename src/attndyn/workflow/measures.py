@@ -14,11 +14,14 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attndyn.core.dynamics import Model
 from attndyn.workflow.schema import SweepError
+
+if TYPE_CHECKING:  # annotations only: `sweep status` reads the ledger without importing torch
+    from attndyn.core.dynamics import Model
 
 
 def _cosines(x: np.ndarray) -> np.ndarray:

@@ -22,9 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from attndyn.core.dynamics import Geometry, Kernel, Mask, Normalization, Scheme
 from attndyn.core.errors import UserError
-from attndyn.core.solvers import SolverName
+from attndyn.core.names import Geometry, Kernel, Mask, Normalization, Scheme, SolverName
 from attndyn.core.threads import MAX_THREADS
 
 
@@ -37,12 +36,18 @@ class Strict(BaseModel):
 
 
 class MatrixSpec(Strict):
-    kind: Literal["identity", "scaled_identity", "diagonal", "matrix", "random"] = "identity"
-    scale: float = 1.0
-    diag: list[float] | None = None
-    values: list | None = None
-    dist: Literal["gaussian", "uniform", "goe", "bbt"] | None = None
-    m: int | None = Field(default=None, ge=1)
+    kind: Literal["identity", "scaled_identity", "diagonal", "matrix", "random"] = Field(
+        default="identity", description="How the matrix is made; each kind takes the keys below that name it."
+    )
+    scale: float = Field(
+        default=1.0, description="The factor of scaled_identity; the spread of a random draw (gaussian N(0, scale^2), uniform U[-scale, scale])."
+    )
+    diag: list[float] | None = Field(default=None, description="The diagonal of kind = diagonal (d numbers).")
+    values: list | None = Field(default=None, description="The entries of kind = matrix: (m, d) for every head, or (heads, m, d).")
+    dist: Literal["gaussian", "uniform", "goe", "bbt"] | None = Field(
+        default=None, description="The law of kind = random: gaussian, uniform, goe ((G + G^T)/2), bbt (B B^T)."
+    )
+    m: int | None = Field(default=None, ge=1, description="Rows of a random Q or K (default d): a low-rank attention when m < d.")
 
     @model_validator(mode="after")
     def _fields_match_kind(self):
@@ -60,30 +65,38 @@ class MatrixSpec(Strict):
 
 
 class FeedForwardSpec(Strict):
-    W: MatrixSpec = MatrixSpec()
-    sigma: Literal["relu", "tanh", "identity"] = "identity"
-    bias: list[float] | None = None
-    bias_inside: bool = True
+    W: MatrixSpec = Field(default=MatrixSpec(), description="The feed-forward matrix W (a matrix table, as Q, K and V).")
+    sigma: Literal["relu", "tanh", "identity"] = Field(default="identity", description="The activation applied by the feed-forward layer.")
+    bias: list[float] | None = Field(default=None, description="The feed-forward bias b (d numbers); none when absent.")
+    bias_inside: bool = Field(default=True, description="true: sigma(W x + b); false: sigma(W x) + b.")
 
 
 class WeightsSpec(Strict):
-    heads: int = Field(default=1, ge=1)
-    Q: MatrixSpec = MatrixSpec()
-    K: MatrixSpec = MatrixSpec()
-    V: MatrixSpec = MatrixSpec()
-    feedforward: FeedForwardSpec | None = None
+    heads: int = Field(default=1, ge=1, description="Attention heads (each head draws its own Q, K, V).")
+    Q: MatrixSpec = Field(default=MatrixSpec(), description="The query matrix (a matrix table).")
+    K: MatrixSpec = Field(default=MatrixSpec(), description="The key matrix (a matrix table).")
+    V: MatrixSpec = Field(default=MatrixSpec(), description="The value matrix (a matrix table).")
+    feedforward: FeedForwardSpec | None = Field(default=None, description="An optional feed-forward layer after attention (a table).")
 
 
 class InitSpec(Strict):
-    kind: Literal["uniform", "gaussian", "sphere", "array"] = "uniform"
+    kind: Literal["uniform", "gaussian", "sphere", "array"] = Field(
+        default="uniform", description="The initial tokens: uniform in [low, high]^d, gaussian, uniform on the unit sphere, or given values."
+    )
     # finite: high = inf reached numpy's uniform and came back as an OverflowError reported as a bug
-    low: float = Field(default=-1.0, allow_inf_nan=False)
-    high: float = Field(default=1.0, allow_inf_nan=False)
-    std: float = Field(default=1.0, gt=0)
-    values: list[list[float]] | None = None
+    low: float = Field(default=-1.0, allow_inf_nan=False, description="The lower end of kind = uniform's box (finite).")
+    high: float = Field(default=1.0, allow_inf_nan=False, description="The upper end of kind = uniform's box (finite, above low).")
+    std: float = Field(default=1.0, gt=0, description="The standard deviation of kind = gaussian.")
+    values: list[list[float]] | None = Field(default=None, description="The n x d tokens of kind = array.")
     # sphere starts: the Gram matrix I + gram_scale (G0 - I) of the drawn points' G0 (1: the points as drawn; toward 0
     # an orthonormal frame), realised in their span with the same draws (attndyn.workflow.setup.scale_gram)
-    gram_scale: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
+    gram_scale: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="kind = sphere: the drawn Gram matrix G0 replaced by I + gram_scale (G0 - I) in the points' span (d >= n below 1).",
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -101,20 +114,24 @@ class InitSpec(Strict):
 
 
 class ModelSpec(Strict):
-    beta: float = Field(default=1.0, ge=0)
-    mask: Mask = "full"
-    geometry: Geometry = "euclidean"
-    rescaled: bool = False
+    beta: float = Field(default=1.0, ge=0, description="The inverse temperature of the attention softmax.")
+    mask: Mask = Field(default="full", description="Which tokens each token attends to: all, earlier ones (causal), or a window of them.")
+    geometry: Geometry = Field(default="euclidean", description="Tokens in R^d, or on the unit sphere (the layer-normalized model).")
+    rescaled: bool = Field(default=False, description="Integrate the rescaled tokens z(t) = e^{-tV} x(t) (the paper's change of variables).")
     # configs keep the dense kernel unless they ask for "auto" or "fused": its n x n memory estimate is what
     # refuses a config too large for this machine before any work (a fused run of 10^6 tokens fits in
     # memory and would run for hours); the library's Model defaults to "auto"
-    attention: Kernel = "dense"
-    normalization: Normalization = "softmax"
-    scheme: Scheme = "post"
-    scheme_tau: float = Field(default=1.0, gt=0)
-    scheme_alpha: float = Field(default=1.0, gt=0)
-    window: int | None = Field(default=None, ge=1)
-    sink_bias: float = 0.0
+    attention: Kernel = Field(
+        default="dense", description="The attention kernel: dense (n x n, memory checked first), fused (blockwise), or auto (chosen by size)."
+    )
+    normalization: Normalization = Field(
+        default="softmax", description="How attention weights are normalized: softmax rows, unnormalized, or linear."
+    )
+    scheme: Scheme = Field(default="post", description="The layer-normalization scheme of the radius/direction split (attndyn.core.schemes).")
+    scheme_tau: float = Field(default=1.0, gt=0, description="scheme = mix: the time at which Post-LN gives way to Pre-LN.")
+    scheme_alpha: float = Field(default=1.0, gt=0, description="scheme = ngpt: the speed divisor alpha (s = |A| / alpha).")
+    window: int | None = Field(default=None, ge=1, description="mask = window: the width w (token i attends to i - w < j <= i).")
+    sink_bias: float = Field(default=0.0, description="Added to every query's logit for the first token (an attention sink).")
 
     @model_validator(mode="after")
     def _check_window(self):
@@ -131,21 +148,27 @@ class SolverSpec(Strict):
     (projected Euler-Maruyama, ``method = "euler"`` with ``dt``). Save times: ``save_every``,
     ``save_times``, or ``save_log`` (0 and that many times spaced geometrically from 1e-2 to t1)."""
 
-    method: SolverName | Literal["long"] = "rk4"
+    method: SolverName | Literal["long"] = Field(
+        default="rk4", description="A Runge-Kutta tableau, or long (the sphere model over exponentially long horizons; adaptive)."
+    )
     # finite: dt = inf passed gt=0 and made the save grid 0 * inf = NaN (found by the property test)
-    dt: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    rtol: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    atol: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    t1: float = Field(gt=0, allow_inf_nan=False)
-    save_every: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    save_times: list[float] | None = None
-    save_log: int | None = Field(default=None, ge=2)
-    kappa: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_steps: int = Field(default=1_000_000, ge=1)
+    dt: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="The fixed step (give dt, or rtol and atol).")
+    rtol: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="The relative tolerance of adaptive steps (dopri5 or long).")
+    atol: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="The absolute tolerance of adaptive steps (dopri5 or long).")
+    t1: float = Field(gt=0, allow_inf_nan=False, description="The final time (required).")
+    save_every: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Save every this much time (a multiple of dt).")
+    save_times: list[float] | None = Field(default=None, description="Save at these times (instead of save_every).")
+    save_log: int | None = Field(default=None, ge=2, description="Save at 0 and N times spaced geometrically from 1e-2 to t1 (adaptive steps).")
+    kappa: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="The noise strength of the noisy model on the sphere (method = euler with dt)."
+    )
+    max_steps: int = Field(default=1_000_000, ge=1, description="The most steps a run may take (checked before any work).")
     # the work a run may take, in token pairs evaluated (heads x n^2 per evaluation of the field, times
     # the evaluations of a fixed step run): 10^13 is about 3 hours of fused attention on a CPU core
     # and minutes on a GPU; n = 10^6 tokens of 10 RK4 steps ask 4 * 10^13 (refused before any work)
-    max_pairs: float = Field(default=1e13, gt=0)
+    max_pairs: float = Field(
+        default=1e13, gt=0, description="The most token pairs a run may evaluate (10^13: about 3 hours of fused attention on a CPU core)."
+    )
 
     @model_validator(mode="after")
     def _check(self):
@@ -175,20 +198,22 @@ DType = Literal["float64", "float32"]
 
 
 class SimulationConfig(Strict):
-    seed: int
-    n: int = Field(ge=1)
-    d: int = Field(ge=1)
+    seed: int = Field(description="The seed of every random draw (tokens, weights, noise; required).")
+    n: int = Field(ge=1, description="The number of tokens (required).")
+    d: int = Field(ge=1, description="The dimension of each token (required).")
     # Where and in what precision the state is integrated. Random draws are made in float64 NumPy
     # on the host first, so a seed gives the same system on every device.
-    device: str = "cpu"
-    dtype: DType = "float64"
-    init: InitSpec = InitSpec()
-    weights: WeightsSpec = WeightsSpec()
-    model: ModelSpec = ModelSpec()
-    solver: SolverSpec
+    device: str = Field(default="cpu", description="Where the state is integrated: cpu, cuda or cuda:N (draws are made on the host first).")
+    dtype: DType = Field(default="float64", description="The precision of the integrated state.")
+    init: InitSpec = Field(default=InitSpec(), description="The initial tokens (a table).")
+    weights: WeightsSpec = Field(default=WeightsSpec(), description="The weights Q, K, V and the heads (a table).")
+    model: ModelSpec = Field(default=ModelSpec(), description="The dynamics' options (a table).")
+    solver: SolverSpec = Field(description="The integration and the save times (a table; required).")
     # Intra-op threads of the integration (None: the thread policy of attndyn.core.threads). Not
     # part of the mathematics: a run's results do not depend on it beyond rounding.
-    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
+    threads: int | None = Field(
+        default=None, ge=1, le=MAX_THREADS, description="Intra-op threads (default: the thread policy); results do not depend on it beyond rounding."
+    )
 
 
 class ConfigError(UserError):
@@ -257,17 +282,17 @@ class MeanFieldConfig(Strict):
     ``values`` lists the density on the M grid points itself and must have mass 1).
     """
 
-    beta: float = Field(ge=0)
-    usa: bool = False
-    M: int | None = Field(default=None, ge=8)
-    method: Literal["spectral", "finite-volume"] = "spectral"
+    beta: float = Field(ge=0, description="The inverse temperature (required, finite).")
+    usa: bool = Field(default=False, description="The USA model (unnormalized self-attention) instead of the softmax one.")
+    M: int | None = Field(default=None, ge=8, description="Grid points on the circle (required unless init.kind = values).")
+    method: Literal["spectral", "finite-volume"] = Field(default="spectral", description="The discretisation of the transport equation.")
     # finite: t1 = inf passed gt=0 and asked for an endless run
-    t1: float = Field(gt=0, allow_inf_nan=False)
-    save_every: float = Field(gt=0, allow_inf_nan=False)
-    rtol: float = Field(default=1e-10, gt=0, allow_inf_nan=False)
-    atol: float = Field(default=1e-12, gt=0, allow_inf_nan=False)
-    cfl: float = Field(default=0.4, gt=0, le=0.5)
-    init: dict
+    t1: float = Field(gt=0, allow_inf_nan=False, description="The final time (required).")
+    save_every: float = Field(gt=0, allow_inf_nan=False, description="Save every this much time (at most t1; required).")
+    rtol: float = Field(default=1e-10, gt=0, allow_inf_nan=False, description="The relative tolerance of the time integration.")
+    atol: float = Field(default=1e-12, gt=0, allow_inf_nan=False, description="The absolute tolerance of the time integration.")
+    cfl: float = Field(default=0.4, gt=0, le=0.5, description="method = finite-volume: the CFL number of its steps.")
+    init: dict = Field(description="The initial density: kind (uniform, wrapped-cauchy, von-mises, samples, values) and its parameters.")
 
     @model_validator(mode="after")
     def _check(self):
