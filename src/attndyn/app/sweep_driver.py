@@ -93,6 +93,7 @@ def run(
         ledger = Ledger(out, repair=repair)
     except BaseException:  # a ledger that cannot be opened: the lock is released, not leaked
         lock.close()
+        ownership.unlock(out)
         raise
     owner.add(LEDGER)
     start = time.perf_counter()
@@ -125,6 +126,7 @@ def run(
     finally:
         ledger.close()
         lock.close()  # releases the lock (the OS does the same for a driver that dies)
+        ownership.unlock(out)
 
 
 LOCK = "driver.lock"
