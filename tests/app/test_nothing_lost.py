@@ -80,7 +80,7 @@ def test_a_folder_that_only_looks_like_attndyns_is_refused_and_adopted_only_on_r
     assert owner.files == {}
     (adopted,) = legacy.glob("adopted-*")
     assert tree_hash(adopted) == before  # moved, nothing deleted
-    assert sorted(p.name for p in legacy.iterdir()) == [ownership.MARKER, adopted.name]
+    assert sorted(p.name for p in legacy.iterdir()) == sorted([ownership.MARKER, ownership.LOCK, adopted.name])  # the lock: this run's
 
 
 def test_a_marker_naming_paths_outside_its_folder_is_never_followed(tmp_path):
@@ -212,6 +212,7 @@ def test_a_second_sweep_driver_is_refused_and_a_dead_ones_lock_is_taken_over(tmp
     out = tmp_path / "swept"
     out.mkdir()
     ownership.claim(out, "sweep", "test")
+    ownership.unlock(out)  # the folder's own lock free: this test is about the driver's
     # a live driver holds the lock (a child process, so that the lock is another process's)
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import fcntl, sys, time; f = open({str(out / 'driver.lock')!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "

@@ -136,6 +136,80 @@ def test_the_cli_prints_the_plan(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+EXPLAINED = """seed = 3
+n = 5
+d = 3
+
+[init]
+kind = "uniform"
+
+[weights]
+heads = 3
+{more}
+[solver]
+method = "rk4"
+dt = 0.05
+t1 = {t1}
+"""
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        "",
+        '[weights.V]\nkind = "scaled_identity"\nscale = 0.5\n',
+        '[weights.V]\nkind = "random"\ndist = "gaussian"\n',
+        '[weights.Q]\nkind = "diagonal"\ndiag = [1.0, 2.0, 3.0]\n',
+        '[weights.feedforward]\nsigma = "relu"\n[weights.feedforward.W]\nkind = "identity"\n',
+        '[model]\nrescaled = true\n[weights.V]\nkind = "scaled_identity"\nscale = -1.0\n',
+    ],
+)
+@pytest.mark.parametrize("t1", [0.5, 20.0])
+def test_explain_decides_on_one_head_standing_for_all_as_on_the_built_weights(more, t1, monkeypatch):
+    """Issue 51 finding 7: ``--explain`` built every head (14 GB and 36 s for 10,000 heads at d = 200);
+    it plans on one head repeated as a view. Oracle: the plan of the weights built in full, line for line."""
+    import tomllib
+
+    from attndyn.workflow import runs
+    from attndyn.workflow.schema import ConfigError, parse_config
+    from attndyn.workflow.setup import build
+
+    monkeypatch.setenv("ATTNDYN_THREADS", "1")  # the thread count reads the machine's load: fixed for both
+    config = parse_config(tomllib.loads(EXPLAINED.format(more=more, t1=t1)))
+    if "rescaled" in more:  # refused on several heads: by the stand-in as by the full build, with the same words
+        with pytest.raises(ConfigError) as built:
+            build(config)
+        with pytest.raises(ConfigError) as explained:
+            runs.explain(config)
+        assert str(explained.value) == str(built.value)
+        return
+    full = build(config)
+    stand_in = runs._planning_setup(config)
+    assert stand_in.model.weights.Q.stride(0) == 0  # one head, repeated: not built
+    assert stand_in.model.weights.heads == full.model.weights.heads == 3
+    explained = runs.explain(config)
+    monkeypatch.setattr(runs, "_planning_setup", build)  # the plan of the weights built in full
+    assert explained == runs.explain(config)
+
+
+def test_explain_of_ten_thousand_heads_at_d_200_allocates_no_weights(tmp_path):
+    """The issue's case, in a child process: its peak memory stays far below the 9.6 GB the weights would take."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "big.toml"
+    config.write_text(EXPLAINED.format(more="", t1=0.5).replace("d = 3", "d = 200").replace("heads = 3", "heads = 10000"))
+    child = (
+        "import resource, sys\nfrom attndyn.app.cli import entry\ncode = entry(['simulate', sys.argv[1], '--explain'])\n"
+        "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(config)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "several heads" in done.stdout
+    peak = int(done.stdout.split("peak ")[-1]) * 1024  # its own peak, in bytes (Linux gives KiB)
+    assert peak < 2 * 2**30, peak
+
+
 def test_the_kernels_module_decides_nothing_and_imports_no_model():
     """compiled.py holds kernels only: it imports neither the dynamics nor the plan (the cycle of
     issue 36 is gone) and reads no Model."""

@@ -186,6 +186,30 @@ def test_the_decoder_page_reads_a_gpt2_folder(tmp_path, one_worker):
         decoder_report(str(folder), prompts=prompts, out=tmp_path / "page2", twin_layers=(1,), dtype=torch.float64)
 
 
+def test_a_prompt_longer_than_the_context_names_the_user_s_model(tmp_path):
+    """Issue 51 finding 7: the refusal named a random-weights comparison model (the nulls met the prompt
+    first); it names the model read, the prompt and both lengths."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from attndyn.app.decoder_page import decoder_report
+    from attndyn.models.decoder import PromptError
+
+    _, folder = tiny_gpt2(tmp_path)
+    words = [f"w{k}" for k in range(40)]
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    name = load_decoder(folder).name
+    with pytest.raises(PromptError) as caught:
+        decoder_report(str(folder), prompts=["w1 w2", " ".join(words)], out=tmp_path / "page", dtype=torch.float64)
+    message = str(caught.value)
+    assert "prompt 2 ('w0 w1" in message
+    assert f"40 tokens, more than {name}'s context of 32" in message
+    assert "random" not in message
+
+
 def test_gpt2_options_the_forward_pass_lacks_are_refused(tmp_path):
     _, folder = tiny_gpt2(tmp_path)
     config = json.loads((folder / "config.json").read_text())

@@ -94,6 +94,9 @@ def entry(argv: list[str] | None = None) -> int:
         say(f"unexpected {type(err).__name__}: {_one_line(err)} (a bug in attndyn; rerun with --debug for the traceback)")
         return 1
     finally:
+        from attndyn.workflow import ownership
+
+        ownership.unlock()  # the folders this command held: free for the next run (in this process too)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous[0])
             signal.signal(signal.SIGINT, previous[1])

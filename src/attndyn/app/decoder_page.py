@@ -148,9 +148,18 @@ def layer_values(fws: list, *, clusters: bool) -> dict[str, np.ndarray]:
 
 
 def prompt_ids(dec: Decoder, texts: list[str], *, cut: bool = False) -> list[list[int]]:
-    """The prompts' token ids; with ``cut`` a prompt longer than the model's context is cut to it."""
+    """The prompts' token ids; with ``cut`` a prompt longer than the model's context is cut to it,
+    without it refused here (PromptError naming ``dec``: the user's model, before the nulls' random-weight
+    models meet the prompt and name themselves)."""
+    from attndyn.models.decoder import PromptError
+
     context = dec.context or (dec.pos_embed.shape[0] if dec.pos_embed is not None else None)
-    return [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
+    ids = [dec.encode(t)[:context] if cut else dec.encode(t) for t in texts]
+    for k, i in enumerate(ids):
+        if context is not None and len(i) > context:
+            start = " ".join(texts[k].split())[:40]
+            raise PromptError(f"prompt {k + 1} ({start!r}...) has {len(i)} tokens, more than {dec.name}'s context of {context}; shorten it")
+    return ids
 
 
 def split_nulls(null: tuple[dict, dict], start: int, stop: int) -> tuple[dict, dict]:

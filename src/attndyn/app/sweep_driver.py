@@ -36,6 +36,7 @@ class Summary:
     ran: int
     seconds: float
     errors: list = field(default_factory=list)
+    set_aside: list = field(default_factory=list)  # --repair: the ledger rows moved to its set_aside table, with why
 
 
 def _importable(*folders: Path) -> None:
@@ -62,7 +63,8 @@ def run(
 ) -> Summary:
     """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring.
 
-    ``repair``: an incomplete ledger (missing tables, task rows or results) is completed and what it
+    ``repair``: a ledger that lacks something or holds rows that do not fit the sweep is rebuilt
+    from the sweep's spec (those rows moved to its ``set_aside`` table, never deleted) and what it
     lacks recomputed, instead of refused.
 
     ``allow_import``: measures named ``package.module:function`` import (and so run) code named in
@@ -91,6 +93,7 @@ def run(
         ledger = Ledger(out, repair=repair)
     except BaseException:  # a ledger that cannot be opened: the lock is released, not leaked
         lock.close()
+        ownership.unlock(out)
         raise
     owner.add(LEDGER)
     start = time.perf_counter()
@@ -119,10 +122,11 @@ def run(
             if progress:
                 progress(done_before + ran, total)
         counts = ledger.counts()
-        return Summary(total, counts.get("done", 0), counts.get("failed", 0), ran, time.perf_counter() - start, ledger.errors())
+        return Summary(total, counts.get("done", 0), counts.get("failed", 0), ran, time.perf_counter() - start, ledger.errors(), ledger.moved)
     finally:
         ledger.close()
         lock.close()  # releases the lock (the OS does the same for a driver that dies)
+        ownership.unlock(out)
 
 
 LOCK = "driver.lock"

@@ -32,6 +32,14 @@ behind it, :func:`write_bytes` (written to a temporary file beside the target, f
 renamed), :func:`install`, :func:`remove` and the moves of :func:`clear`, live in this module only
 (``tests/workflow/test_ownership.py`` walks the source and fails on any other).
 
+A file is recorded as ``writing`` in the marker before attndyn writes it (:func:`write_bytes`,
+:func:`install` into a claimed folder), and moves to ``files`` with its hash once written: a run
+stopped in between (SIGTERM, SIGKILL, a full disk) leaves a marker naming what it was writing, and
+the same command run again adopts those files and overwrites them. One attndyn run at a time holds a
+folder: :func:`claim` takes an exclusive lock on its ``.attndyn.lock`` (``flock``, released by the
+OS when its holder dies, so a stale lock of a dead process is taken over); a second run exits
+with :class:`OwnershipError` naming the holder's pid.
+
 ``clear(owner)`` moves the recorded files aside into ``.previous/``: first the generation recorded
 there is deleted (only the files whose recorded hash still matches; anything else in
 ``.previous/`` is kept, and so is the folder then), then each recorded file is moved there.
@@ -39,6 +47,7 @@ there is deleted (only the files whose recorded hash still matches; anything els
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import hashlib
 import hmac
@@ -54,6 +63,8 @@ from typing import IO
 from attndyn.core.errors import UserError
 
 MARKER = ".attndyn.json"
+LOCK = ".attndyn.lock"  # held (flock) by the one attndyn run writing the folder; holds its pid
+WRITING = "writing"  # a file attndyn announced before writing it: its own, hash not known yet
 PREVIOUS = ".previous"  # where a rerun moves the files of the run it replaces (one generation)
 FORMAT = 3  # 3: signed with the user's key; 2: files with their SHA-256 (anyone could write it); 1: names only
 KEY_NAME = "marker.key"  # the per-user secret markers are signed with, in the user's config folder
@@ -84,6 +95,10 @@ COMPLETE = ("summary.json", "index.html", "results.json", "checkpoint.json")
 
 # what this process wrote through write_bytes/install: absolute path -> SHA-256 of what it wrote
 _WRITTEN: dict[str, str] = {}
+# the folders this process claimed: absolute path -> its Owner (the one that records what is being written)
+_OWNERS: dict[str, Owner] = {}
+# the locks this process holds: absolute folder path -> the open lock file
+_LOCKS: dict[str, IO[str]] = {}
 
 
 class OwnershipError(UserError):
@@ -158,7 +173,7 @@ def _marked(path: Path) -> str | None:
     rel = Path(key).relative_to(owner).as_posix()
     if rel.startswith(PREVIOUS + "/"):
         return marker["previous"].get(rel[len(PREVIOUS) + 1 :])
-    return marker["files"].get(rel)
+    return marker["files"].get(rel) or (WRITING if rel in marker["writing"] else None)
 
 
 def release(path: str | Path, recorded: str | None = None) -> None:
@@ -177,6 +192,8 @@ def release(path: str | Path, recorded: str | None = None) -> None:
         raise OwnershipError(f"{path} exists and was not written by attndyn; move it away or name another folder")
     if recorded == LIVE:
         raise OwnershipError(f"{path} is the sweep's own {path.name}, which attndyn never replaces; name another file")
+    if recorded == WRITING and not given and path.is_file():
+        return  # announced in the folder's marker by the attndyn run that was writing it when it stopped
     if recorded == FOLDER:
         if path.is_dir() and not any(path.iterdir()):
             return
@@ -196,6 +213,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     _no_links_below_owner(path)
     release(path)
+    _announce(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -218,12 +236,26 @@ def install(part: str | Path, target: str | Path) -> Path:
     ``target``, after :func:`release` (an earlier one of attndyn's is removed first)."""
     part, target = Path(part), Path(target)
     release(target)
+    _announce(target)
     recorded = digest(part)
     if os.path.lexists(target):
         remove(target)
     os.replace(part, target)
     _WRITTEN[os.path.abspath(target)] = recorded
     return target
+
+
+def _announce(path: Path) -> None:
+    """Record ``path`` as being written in the marker of the folder this process claimed above it
+    (before the bytes land: a run stopped after they did leaves a marker that names the file)."""
+    folder, _ = _owning_folder(path)
+    owner = _OWNERS.get(os.path.abspath(folder)) if folder is not None else None
+    if owner is None:
+        return
+    rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(owner.folder)).as_posix()
+    if _inside(rel) and rel not in owner.writing:
+        owner.writing[rel] = WRITING
+        owner._save()
 
 
 def remove(path: str | Path, recorded: str | None = None) -> None:
@@ -324,6 +356,7 @@ class Owner:
     writer: str
     files: dict[str, str] = field(default_factory=dict)
     previous: dict[str, str] = field(default_factory=dict)
+    writing: dict[str, str] = field(default_factory=dict)  # announced before being written (see _announce)
 
     def add(self, *paths: str | Path) -> None:
         """Record files attndyn just wrote (with the hash it wrote), folders it made, the live files;
@@ -347,6 +380,7 @@ class Owner:
                 pass
             else:
                 raise OwnershipError(f"{path} was not written by attndyn in this run; it is not recorded as attndyn's")
+            self.writing.pop(rel, None)
             for parent in list(Path(rel).parents)[:-1]:
                 self.files.setdefault(parent.as_posix(), FOLDER)
         self._save()
@@ -385,6 +419,7 @@ class Owner:
             "writer": self.writer,
             "files": dict(sorted(self.files.items())),
             "previous": dict(sorted(self.previous.items())),
+            "writing": dict(sorted(self.writing.items())),
         }
         record["mac"] = _mac(record)
         _write_marker(self.folder, json.dumps(record, indent=1) + "\n")
@@ -433,18 +468,18 @@ def _load(folder: Path) -> dict | None:
     mac = data.get("mac")
     if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac({k: v for k, v in data.items() if k != "mac"})):
         return None  # written by hand, by another user, or under another key: it proves nothing
-    files, previous = data.get("files"), data.get("previous", {})
-    if not (isinstance(files, dict) and isinstance(previous, dict)):
+    files, previous, writing = data.get("files"), data.get("previous", {}), data.get("writing", {})
+    if not (isinstance(files, dict) and isinstance(previous, dict) and isinstance(writing, dict)):
         return None
-    if not all(isinstance(k, str) and isinstance(v, str) and _inside(k) for k, v in (*files.items(), *previous.items())):
+    if not all(isinstance(k, str) and isinstance(v, str) and _inside(k) for k, v in (*files.items(), *previous.items(), *writing.items())):
         return None
-    return {**data, "files": files, "previous": previous}
+    return {**data, "files": files, "previous": previous, "writing": writing}
 
 
 def _inside(rel: str) -> bool:
     """A recorded path that stays inside its folder (no absolute path, no ``..``, not the marker or .previous/)."""
     parts = Path(rel).parts
-    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and parts[0] not in (MARKER, PREVIOUS)
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and parts[0] not in (MARKER, PREVIOUS, LOCK)
 
 
 # --- claiming a folder --------------------------------------------------------------------------
@@ -472,7 +507,7 @@ def _shown(names: list[str]) -> str:
 
 def _disproof(folder: Path, kind: str) -> str | None:
     """Why ``folder`` (an existing folder) cannot be proved a ``kind`` folder attndyn wrote, or None."""
-    entries = sorted(os.listdir(folder))
+    entries = sorted(e for e in os.listdir(folder) if e != LOCK)
     marker = read_marker(folder)
     if marker is None:
         if not entries:
@@ -506,7 +541,9 @@ def _disproof(folder: Path, kind: str) -> str | None:
     aside = folder / PREVIOUS
     if os.path.lexists(aside) and (os.path.islink(aside) or not aside.is_dir()):
         return f"holds a {PREVIOUS} that is not a folder attndyn made"
-    foreign = [e for e in entries if e not in (MARKER, PREVIOUS) and e not in proof["files"] and _own_name(kind, e)]
+    # what the folder's own run announced before it stopped is its own (the rerun overwrites it)
+    announced = {w.split("/")[0] for w in proof["writing"]}
+    foreign = [e for e in entries if e not in (MARKER, PREVIOUS) and e not in proof["files"] and e not in announced and _own_name(kind, e)]
     # the live files of a sweep folder (its lock, SQLite's files) appear before they are recorded, and
     # attndyn changes them in place only: a regular file of those names is not refused
     foreign = [e for e in foreign if not (e in LIVE_FILES and (folder / e).is_file() and not os.path.islink(folder / e))]
@@ -540,12 +577,14 @@ def check(folder: str | Path, kind: str, *, option: str = "--out", force_adopt: 
         return folder
     problem = _disproof(folder, kind)
     if problem is not None and force_adopt and option == "--out":
+        _refuse_if_held(folder)  # never adopt what another run is writing
         why = adopt_refusal(folder)
         if why:
             raise OwnershipError(f"--force-adopt refuses {raw!r}: {why}; name a new or empty folder")
         return folder
     if problem is None:
         return folder
+    _refuse_if_held(folder)  # a run in progress explains what was seen half-written
     if problem.startswith("is an attndyn"):
         raise OwnershipError(f"{option} {raw!r} {problem}; name another folder")
     ways = "name a new or empty folder"
@@ -559,12 +598,89 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", 
     ``force_adopt`` when it cannot be proved attndyn's), and write its marker."""
     folder = check(folder, kind, option=option, force_adopt=force_adopt)
     folder.mkdir(parents=True, exist_ok=True)
+    _lock(folder)
+    folder = check(folder, kind, option=option, force_adopt=force_adopt)  # again, now that no other run can write it
     proof = _load(folder) if _disproof(folder, kind) is None else None
-    if proof is None and any(True for _ in folder.iterdir()):
+    if proof is None and any(e != LOCK for e in os.listdir(folder)):
         _adopt(folder)
-    owner = Owner(folder, kind, writer, dict(proof["files"]) if proof else {}, dict(proof["previous"]) if proof else {})
+    owner = Owner(folder, kind, writer, *(({**proof[k]} if proof else {}) for k in ("files", "previous", "writing")))
     owner._save()
+    _OWNERS[os.path.abspath(folder)] = owner
     return owner
+
+
+def _refuse_if_held(folder: Path) -> None:
+    """OwnershipError naming the holder when another process holds ``folder``'s lock (read-only probe:
+    nothing is created)."""
+    path = folder / LOCK
+    if os.path.abspath(folder) in _LOCKS or os.path.islink(path) or not path.is_file():
+        return
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    with os.fdopen(fd) as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _held(folder, fh) from None
+
+
+def _held(folder: Path, fh: IO[str]) -> OwnershipError:
+    fh.seek(0)
+    pid = fh.read(20).strip() or "unknown"
+    return OwnershipError(f"another attndyn run (pid {pid}) holds {str(folder)!r}; wait for it to finish, or name another folder")
+
+
+def _lock(folder: Path) -> None:
+    """Hold ``folder/.attndyn.lock`` (flock, exclusive) for this process; OwnershipError naming the
+    holder when another live process holds it. A lock left by a dead process is free (the OS releases
+    a lock with its holder) and is taken over; a file of that name that is not a pid is refused."""
+    import fcntl
+
+    key = os.path.abspath(folder)
+    if key in _LOCKS:
+        return
+    path = folder / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as err:
+        raise OwnershipError(f"{path} cannot be opened as attndyn's lock ({err.strerror}); move it away") from None
+    fh = os.fdopen(fd, "r+")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OwnershipError(f"{path} is not a regular file; move it away")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _held(folder, fh) from None
+        text = fh.read(40)
+        if text.strip() and not text.strip().isdigit():
+            raise OwnershipError(f"{path} was not written by attndyn (it is not a process id); move it away")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+    except BaseException:
+        fh.close()
+        raise
+    _LOCKS[key] = fh
+
+
+def unlock(folder: str | Path | None = None) -> None:
+    """Release the lock this process holds on ``folder`` (every lock it holds when None) and forget its
+    Owner; the lock file stays (a later run takes it over)."""
+    keys = list(_LOCKS) if folder is None else [os.path.abspath(folder)]
+    for key in keys:
+        fh = _LOCKS.pop(key, None)
+        if fh is not None:
+            fh.close()
+        _OWNERS.pop(key, None)
+
+
+atexit.register(unlock)  # the OS releases them anyway; closed here so that nothing is left open at exit
 
 
 def adopt_refusal(folder: Path, limit: int = 100_000) -> str | None:
@@ -627,7 +743,7 @@ def _adopt(folder: Path) -> Path:
     while os.path.lexists(target):
         k += 1
         target = folder / f"adopted-{stamp}-{k}"
-    entries = [e for e in os.listdir(folder)]
+    entries = [e for e in os.listdir(folder) if e != LOCK]  # the lock is this run's own, held open
     target.mkdir()
     for entry in sorted(entries):
         os.rename(folder / entry, target / entry)

@@ -31,7 +31,7 @@ from attndyn.core.dynamics import Model
 from attndyn.core.weights import FeedForward, Weights, to_numpy
 from attndyn.workflow import ownership
 from attndyn.workflow.files import PARTIAL, RunFolderError, load_run, write_json, write_npz
-from attndyn.workflow.schema import SimulationConfig
+from attndyn.workflow.schema import ConfigError, SimulationConfig
 from attndyn.workflow.setup import Setup, build
 
 
@@ -88,7 +88,7 @@ def explain(config: SimulationConfig) -> str:
     folder's saves and the progress bar use), one line for the SDE and long-horizon integrators."""
     from attndyn.core.simulation import plan
 
-    setup = build(config)
+    setup = _planning_setup(config)
     if setup.kind == "sde":
         return "engine plan: projected Euler-Maruyama of the noisy model (attndyn.core.noise.simulate_sde); no other path"
     if setup.kind == "long":
@@ -105,6 +105,31 @@ def explain(config: SimulationConfig) -> str:
         progress=lambda t: None,
     )
     return str(report)
+
+
+def _planning_setup(config: SimulationConfig) -> Setup:
+    """What the plan is decided on, without building heads x d x d weights: a config of several heads
+    whose weights are not listed head by head is built with one head, and that head stands for all of
+    them as a view (stride 0, nothing allocated). The plan reads the heads only through their count,
+    head 0 (is V a multiple of I) and whether they need gradients, which the stand-in shares with the
+    real weights (the memory and work budgets are checked on the real config first)."""
+    import dataclasses
+
+    from attndyn.workflow.setup import check_budget
+
+    w = config.weights
+    listed = any(spec.kind == "matrix" and np.ndim(spec.values) == 3 for spec in (w.Q, w.K, w.V))
+    if w.heads == 1 or listed:  # listed values are in the config already: building them costs no more
+        return build(config)
+    check_budget(config)
+    one = build(config.model_copy(update={"weights": w.model_copy(update={"heads": 1})}))
+    stand_in = one.model.weights
+    for name in ("Q", "K", "V"):  # past Weights' checks (which would read every repeated entry): head 0's, checked already
+        object.__setattr__(stand_in, name, getattr(stand_in, name).expand(w.heads, -1, -1))
+    try:  # the model's own checks on several heads (a rescaled model needs one V), as build makes them
+        return dataclasses.replace(one, model=dataclasses.replace(one.model, weights=stand_in))
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
 
 
 def integrate(setup: Setup, *, progress: Callable[[float], None] | None = None, saves: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -56,6 +56,8 @@ def sweep(
             fail(str(err))
         c = st["counts"]
         lines = [f"{folder}: {c['done']} of {st['total']} tasks done, {c['pending']} pending, {c['running']} running, {c['failed']} failed"]
+        if st["set_aside"]:
+            lines.append(f"  {st['set_aside']} ledger row(s) that did not fit the sweep are kept in its set_aside table")
         lines += [f"  failed task {f['task']} {f['point']}: {f['error']}" for f in st["failed"]]
         lines += [f"  {u['status']} task {u['task']} {u['point']}" for u in st["unfinished"]]
         if c["done"] < st["total"]:
@@ -126,6 +128,8 @@ def sweep(
         f"{summary.done} of {summary.total} tasks done ({summary.ran} run now, {summary.failed} failed) in {summary.seconds:.1f} s; "
         f"ledger {out / LEDGER}"
     )
+    for line in summary.set_aside:
+        err_console.print(f"repair: set aside the {line}", markup=False, highlight=False)
     for task_id, error in summary.errors:
         err_console.print(f"task {task_id} failed: {error}", markup=False, highlight=False)
     if summary.failed:
