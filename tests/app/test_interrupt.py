@@ -3,6 +3,7 @@ import torch. Each runs ``python -m attndyn`` in a child process, like a user's 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -157,3 +158,22 @@ def test_every_public_name_resolves_and_dir_lists_it():
     assert attndyn.analyze.__module__ == "attndyn.analysis.prediction"
     with pytest.raises(AttributeError, match="no_such_name"):
         attndyn.no_such_name  # noqa: B018
+
+
+def test_a_ctrl_c_during_torch_s_import_is_held_until_the_import_has_finished(tmp_path):
+    # a stand-in torch whose import is interrupted half-way: the signal must not land inside it (in the real
+    # torch it can land in C++ that pybind11 calls back through, and the process aborts with -6)
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.2)\nFINISHED = True\n")
+    probe = (
+        "import sys\n"
+        "from attndyn.app.cli import _import_torch_deferring_signals\n"
+        "try:\n"
+        "    _import_torch_deferring_signals()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after', getattr(sys.modules.get('torch'), 'FINISHED', False))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.strip() == "interrupted after True", done.stdout + done.stderr

@@ -52,6 +52,8 @@ def entry(argv: list[str] | None = None) -> int:
     previous = (signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, signal.default_int_handler)) if main_thread else None
     said.clear()
     try:
+        if main_thread and _needs_torch(args):
+            _import_torch_deferring_signals()
         code = app(args=args, prog_name="attndyn", standalone_mode=False)
         code = code if isinstance(code, int) else 0
         if code == 130 and "interrupted" not in said:  # Typer's own answer to Ctrl-C: an exit status without a word
@@ -104,6 +106,37 @@ def entry(argv: list[str] | None = None) -> int:
 
 # packages only some commands import, and the extra of pyproject.toml that installs them
 OPTIONAL_PACKAGES = {"safetensors": "checkpoints", "tokenizers": "checkpoints", "gguf": "checkpoints"}
+
+
+# commands that only read what a run wrote, and the listings: torch is not imported for them
+LIGHT_COMMANDS = {"judge", "report", "list", "models"}
+
+
+def _needs_torch(args: list[str]) -> bool:
+    if not args or any(a in ("--help", "-h", "--version") for a in args):
+        return False
+    return args[0] not in LIGHT_COMMANDS and args[:2] != ["sweep", "status"]
+
+
+def _import_torch_deferring_signals() -> None:
+    """Import torch with Ctrl-C and SIGTERM held until the import has finished, then act on them.
+
+    A KeyboardInterrupt raised inside torch's import can land in C++ code that pybind11 calls back
+    through (the process then aborts, status -6, "terminate called after throwing ...") or in code run
+    by PyRun_* (CPython then ends by SIGINT); held here, it is raised after the import, where the
+    command line's one interruption path handles it.
+    """
+    import signal
+
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        import torch  # noqa: F401
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def threading_main() -> bool:
