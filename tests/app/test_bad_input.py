@@ -135,6 +135,7 @@ class World:
         record = {"file": file or f"{name}.gguf", "title": name, "layers": 2, "per_layer": rows, "findings": "- a finding\n"}
         atomic_write_text(owner.folder / "decoder.json", json.dumps(record) if text is None else text)
         owner.add("decoder.json")
+        ownership.unlock(owner.folder)  # as the command's end does: the command under test takes it next
         return str(owner.folder)
 
     def sweep(self, text: str = SWEEP) -> str:

@@ -39,6 +39,7 @@ def claims_report(tmp_path_factory) -> Path:
     owner.add("runs", *(f"runs/{cid}" for cid in CLAIMS))
     report.build(out, list(EXPERIMENTS))
     owner.add("index.html", "results.json")
+    ownership.unlock(out)  # as reproduce's end does: the `attndyn report` child below takes the folder next
     return out
 
 
