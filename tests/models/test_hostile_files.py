@@ -459,7 +459,7 @@ CASES = [
     ("llama-prompt-past-context", "allocation", "llama", both(config(max_position_embeddings=8), after(_long_prompts(40))), "context"),
     ("prompts-dev-zero", "allocation", "llama", after(_dev_zero_prompts), "/dev/zero"),
     # GPT-2
-    ("gpt2-prompt-past-positions", "prompts", "gpt2", after(_long_prompts(40)), "learned positions"),
+    ("gpt2-prompt-past-positions", "prompts", "gpt2", after(_long_prompts(40)), "context of 16"),
     ("gpt2-heads-string", "hf config", "gpt2", config(n_head="4"), "n_head"),
     ("gpt2-eps-negative", "hf config", "gpt2", config(layer_norm_epsilon=-1.0), "layer_norm_epsilon"),
     ("gpt2-wpe-wrong-width", "hf tensors", "gpt2", tensor("wpe.weight", _wrong((16, D + 1))), "wpe.weight"),
