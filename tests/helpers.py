@@ -59,3 +59,15 @@ def copy_of(report: Path, tmp_path: Path, name: str = "report") -> Path:
     out = tmp_path / name
     shutil.copytree(report, out, symlinks=True)
     return out
+
+
+def refused_in_one_line(case: str, code: int, stdout: str, err: str, expected: str, out: Path) -> str:
+    """Assert that a command exited 2 with one ``error:`` line holding ``expected``, no traceback and no page in ``out``; the line."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, f"{case}: exit {code}\n{stdout}\n{err}"
+    assert len(lines) == 1, f"{case}: {err!r}"
+    assert lines[0].startswith("error: "), f"{case}: {err!r}"
+    assert expected in lines[0], f"{case}: {lines[0]!r} does not name {expected!r}"
+    assert "Traceback" not in stdout + err
+    assert not (out / "index.html").exists()
+    return lines[0]

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from attndyn.app.cli import entry
+from tests.helpers import refused_in_one_line
 
 gguf = pytest.importorskip("gguf")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -492,14 +493,7 @@ def test_a_hostile_model_file_exits_2_with_one_line_naming_the_field(tmp_path, c
     out = tmp_path / "out"
     quick = ["--twin-layers", "0", "--regime-layers", "0"] if kind in ("gguf", "llama") else []
     code = entry(["checkpoint", str(path), "--out", str(out), *quick, *c.argv_extra])
-    stdout, err = capsys.readouterr()
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, f"{case} ({category}): exit {code}\n{stdout}\n{err}"
-    assert len(lines) == 1, f"{case}: {err!r}"
-    assert lines[0].startswith("error: "), f"{case}: {err!r}"
-    assert expected in lines[0], f"{case}: {lines[0]!r} does not name {expected!r}"
-    assert "Traceback" not in stdout + err
-    assert not (out / "index.html").exists()
+    refused_in_one_line(f"{case} ({category})", code, *capsys.readouterr(), expected, out)
 
 
 @pytest.mark.parametrize("kind", ["gguf", "llama", "gpt2", "bert", "albert"])

@@ -308,6 +308,8 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
         if h is None:
             return None
         t = h.get_tensor(name)
+        if not t.is_floating_point():  # an integer (int8, quantized) or bool tensor would be read as its raw numbers
+            raise CheckpointError(f"{folder}: the tensor {name!r} has dtype {t.dtype}; weights must be floating point (give the float model)")
         return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype) if lazy and name in TABLES else t.to(torch.float64)
 
     tokenizer = decoder_files._folder_tokenizer(folder)
@@ -342,6 +344,10 @@ def from_transformers(model: object, tokenizer: object = None) -> Decoder:
     if packed:
         raise CheckpointError(f"{what}: {packed[0]!r} belongs to a quantized module; quantized models are not read (give the float model)")
     tok = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if tok is not None and not all(callable(getattr(tok, m, None)) for m in ("encode", "decode", "get_vocab_size")):
+        raise CheckpointError(
+            f"{what}: the tokenizer, a {type(tokenizer).__name__}, is neither a transformers fast tokenizer nor a tokenizers.Tokenizer"
+        )
     name = str(config.get("_name_or_path") or type(model).__name__)
     if fam.layout == "conv1d":
         from attndyn.models.decoder_files import _gpt2
@@ -525,6 +531,13 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     )  # fmt: skip
 
 
+def _shaped(t: torch.Tensor, key: str, shape: tuple[int, ...], where: str) -> torch.Tensor:
+    """``t`` when it has ``shape`` (a fused map is split by reshaping it, which needs the declared size); else refused naming the tensor."""
+    if tuple(t.shape) != shape:
+        raise CheckpointError(f"{where}the tensor {key!r} has shape {tuple(t.shape)}, expected {shape} from the config")
+    return t
+
+
 def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, tokenizer, lazy: bool = False) -> Decoder:
     """GPT-NeoX / Pythia: LayerNorm, the fused query/key/value map laid out per head ``(H, 3, hd)``,
     biases everywhere, partial rotary, the exact GELU, and (``use_parallel_residual``) a parallel residual."""
@@ -539,9 +552,10 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
 
     def layer(k: int) -> DecoderLayer:
         p = f"gpt_neox.layers.{k}."
-        qkv = need(p + "attention.query_key_value.weight").reshape(H, 3, hd, d)
+        qkv = _shaped(need(p + "attention.query_key_value.weight"), p + "attention.query_key_value.weight", (3 * d, d), where)
+        qkv = qkv.reshape(H, 3, hd, d)
         qkv_b = get(p + "attention.query_key_value.bias")
-        qkv_b = qkv_b.reshape(H, 3, hd) if qkv_b is not None else None
+        qkv_b = _shaped(qkv_b, p + "attention.query_key_value.bias", (3 * d,), where).reshape(H, 3, hd) if qkv_b is not None else None
         split = [qkv[:, i].reshape(H * hd, d) for i in range(3)]
         bsplit = [qkv_b[:, i].reshape(H * hd) if qkv_b is not None else None for i in range(3)]
         return DecoderLayer(

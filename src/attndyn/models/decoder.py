@@ -226,6 +226,9 @@ class Decoder:
         if self.eps != 0.0:  # 0: the exact projection an analysis may ask for (files are held to (0, 1] where they are read)
             as_real(self.eps, where, "the norm epsilon", 0.0, 1.0)
         as_real(self.embed_scale, where, "embed_scale")
+        for key in ("attn_scale", "attn_softcap", "final_softcap"):  # a NaN or non-positive one would make every state NaN or flip the softmax
+            if getattr(self, key) is not None:
+                as_real(getattr(self, key), where, key)
         if not self.layers:
             raise ModelFileError(f"{where}: the model has no layers")
         if self.positions == "rope":

@@ -1,7 +1,8 @@
 """The checks every family's configuration passes before a tensor is read, from the family's row.
 
 * :data:`CONFIG_SPEC`: every value a family config declares, typed and bounded (heads >= 1, epsilons in
-  (0, 1], windows integers >= 1, sizes within :mod:`~attndyn.models.file_checks`' documented bounds).
+  (0, 1], windows integers >= 1, sizes within :mod:`~attndyn.models.file_checks`' documented bounds), and
+  :data:`ROPE_SPEC` the entries of ``rope_parameters`` / ``rope_scaling``; ``layer_types`` one known kind per layer.
 * :data:`FORWARD_KEYS`: the config keys that change the forward pass, each with the test of its *effective*
   value; :func:`check_config` refuses, by name, one that is on while the row does not implement it
   (:attr:`~attndyn.models.architectures.Family.implements`).
@@ -64,12 +65,15 @@ CONFIG_SPEC = {
     "max_window_layers": fc.Int(0, fc.MAX_LAYERS, required=False),
     "rms_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
     "layer_norm_eps": fc.Real(above=0.0, hi=1.0, required=False),
-    "rope_theta": fc.Real(above=0.0, required=False),
+    "rope_theta": fc.Real(above=1.0, required=False),
+    "rotary_emb_base": fc.Real(above=1.0, required=False),
     "partial_rotary_factor": fc.Real(above=0.0, hi=1.0, required=False),
     "rotary_pct": fc.Real(above=0.0, hi=1.0, required=False),
     "attn_logit_softcapping": fc.Real(above=0.0, required=False),
     "final_logit_softcapping": fc.Real(above=0.0, required=False),
     "query_pre_attn_scalar": fc.Real(above=0.0, required=False),
+    "hidden_act": fc.Text(),
+    "hidden_activation": fc.Text(),
 } | {
     key: fc.Flag()
     for key in (
@@ -78,6 +82,42 @@ CONFIG_SPEC = {
         "reorder_and_upcast_attn",
     )
 }  # fmt: skip
+
+
+# the entries of a rope_parameters / rope_scaling mapping (flat, or one mapping per layer type) the readers read
+ROPE_SPEC = {
+    "rope_type": fc.Text(),
+    "type": fc.Text(),
+    "rope_theta": fc.Real(above=1.0, required=False),
+    "partial_rotary_factor": fc.Real(above=0.0, hi=1.0, required=False),
+}
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _check_rope(config: dict, where: str) -> None:
+    """``rope_scaling`` and ``rope_parameters``: mappings (of mappings, one per layer type), their entries typed by name."""
+    for key in ("rope_scaling", "rope_parameters"):
+        block = config.get(key)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise CheckpointError(f"{where}: {key} = {block!r} is not a mapping (only a mapping of the default RoPE is read)")
+        nested = bool(block) and all(isinstance(v, dict) for v in block.values())
+        for name, entry in ((f"{key}[{t!r}]", v) for t, v in block.items()) if nested else ((key, block),):
+            fc.typed({f"{name}.{k}": v for k, v in entry.items()}, {f"{name}.{k}": spec for k, spec in ROPE_SPEC.items()}, where)
+
+
+def _check_layer_types(config: dict, where: str) -> None:
+    """``layer_types``: a list of one known kind per layer (``num_hidden_layers`` of them)."""
+    types = config.get("layer_types")
+    if types is None:
+        return
+    L = config.get("num_hidden_layers")
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in LAYER_TYPES for t in types) or fc.is_int(L) and len(types) != L:
+        raise CheckpointError(
+            f"{where}: layer_types = {types!r} is not a list of {L if fc.is_int(L) else 'num_hidden_layers'} entries "
+            f"{' or '.join(map(repr, LAYER_TYPES))}"
+        )
 
 
 # what each tensor layout's reader reads: a row claiming another value of one of these traits is refused by name
@@ -122,9 +162,8 @@ def check_config(fam: Family, config: dict, where: str) -> None:
     (:data:`FORWARD_KEYS`) whose effective value is on while ``fam`` does not implement it."""
     where = where.rstrip(": ")
     fc.typed(config, CONFIG_SPEC, where)
-    for key in ("rope_scaling", "rope_parameters"):
-        if config.get(key) is not None and not isinstance(config[key], dict):
-            raise CheckpointError(f"{where}: {key} = {config[key]!r} is not a mapping (only a mapping of the default RoPE is read)")
+    _check_rope(config, where)
+    _check_layer_types(config, where)
     for key, (what, on) in FORWARD_KEYS.items():
         if on(config) and key not in fam.implements:
             supported = ", ".join(sorted(fam.implements)) or "none of them"
