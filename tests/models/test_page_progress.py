@@ -1,0 +1,119 @@
+"""Progress inside every stage of the decoder page (issue 52 item 3): ``attndyn checkpoint`` off a terminal
+prints each stage's count of jobs done (i of n), and ``decoder_report``'s ``progress(stage, i, n)`` receives
+every stage from 0 to n in order.
+
+Oracles: the stages' job counts written out from what each stage runs (the nulls: a job per random-weight
+draw at each initialiser scale, per prompt for uniform attention and per prompt for each shuffle; the
+prompts: a forward and a table of values per prompt; the heads: the regimes, the head table, the regimes'
+null and a twin per twin layer and twin prompt); the heartbeat against a stage that says nothing for a while.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from attndyn.models import decoder_nulls as nulls  # noqa: E402
+
+from .test_decoder_parallel import WORDS, _tiny_folder  # noqa: E402
+
+PROMPTS = [" ".join(WORDS), " ".join(reversed(WORDS)), " ".join(WORDS[::2] + WORDS[1::2])]
+HELD = [" ".join(WORDS[1::2])]
+TWIN_LAYERS = (0, 1)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _expected(folder, held: int) -> list[tuple[str, int]]:
+    """Each stage's start of message and its number of jobs, in the page's order."""
+    from attndyn.app.decoder_page import TWIN_PROMPTS
+    from attndyn.models.decoder_files import load_decoder
+
+    scales = len(nulls.initializer_scales(load_decoder(str(folder))))
+    P, H = len(PROMPTS), held
+    stages = [
+        ("reading the model", 1),
+        (f"the three nulls of {P + H} prompts", nulls.RANDOM_DRAWS * scales + (P + H) * (1 + nulls.SHUFFLE_DRAWS)),
+        (f"forward passes and token geometry of {P} prompts", 2 * P),
+    ]
+    if H:
+        stages.append((f"the held-out set: {H} prompts", 2 * H))
+    stages += [("spectra of every head", 3 + len(TWIN_LAYERS) * min(TWIN_PROMPTS, P)), ("figures and the page", 1)]
+    return stages
+
+
+def test_the_page_s_callback_receives_each_stage_from_0_to_n_in_order(tmp_path, monkeypatch):
+    """Two workers (the counts come as jobs end in other processes, in any order of jobs)."""
+    from attndyn.app.decoder_page import decoder_report
+
+    monkeypatch.setenv("ATTNDYN_THREADS", "2")
+    folder = _tiny_folder(tmp_path)
+    events: list[tuple[str, int, int]] = []
+    decoder_report(
+        str(folder), prompts=PROMPTS, held_out=HELD, out=tmp_path / "page", twin_layers=TWIN_LAYERS, dtype=torch.float64,
+        progress=lambda stage, i, n: events.append((stage, i, n)),
+    )  # fmt: skip
+    stages = list(dict.fromkeys(stage for stage, _, _ in events))
+    expected = _expected(folder, len(HELD))
+    assert len(stages) == len(expected), stages
+    for stage, (start, n) in zip(stages, expected, strict=True):
+        assert stage.startswith(start), (stage, start)
+        assert [(i, m) for s, i, m in events if s == stage] == [(i, n) for i in range(n + 1)], stage
+    # the stages do not interleave: each one's events are one run
+    assert [s for k, (s, _, _) in enumerate(events) if k == 0 or events[k - 1][0] != s] == stages
+
+
+def test_checkpoint_off_a_terminal_prints_each_stage_with_its_counts(tmp_path, monkeypatch, one_worker):
+    from typer.testing import CliRunner
+
+    from attndyn.app import cli_common
+    from attndyn.app.cli import app
+
+    monkeypatch.setattr(cli_common, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_common, "STAGE_LINE", 0.0)  # every count, not one every 10 s
+    folder = _tiny_folder(tmp_path)
+    texts = tmp_path / "prompts.txt"
+    texts.write_text("\n\n".join(PROMPTS))
+    result = CliRunner().invoke(
+        app, ["checkpoint", str(folder), "--prompts", str(texts), "--twin-layers", "0,1", "--dtype", "float64", "--out", str(tmp_path / "page")]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("checkpoint: ")]
+    line = re.compile(r"^checkpoint: (.+): (\d+) of (\d+)(, about \d+ (?:s|min|h) left)?, \d+ s elapsed$")
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for text in lines:
+        m = line.match(text)
+        assert m, text
+        seen.setdefault(m.group(1), []).append((int(m.group(2)), int(m.group(3))))
+    expected = _expected(folder, 0)  # the given prompts: no held-out set
+    assert len(seen) == len(expected), list(seen)
+    for (stage, counts), (start, n) in zip(seen.items(), expected, strict=True):
+        assert stage.startswith(start), (stage, start)
+        assert sorted(set(counts)) == [(i, n) for i in range(n + 1)], (stage, counts)  # a heartbeat may repeat a count
+        assert counts == sorted(counts), (stage, counts)
+
+
+def test_a_stage_that_says_nothing_gets_a_line_every_heartbeat(monkeypatch, capsys):
+    from attndyn.app import cli_common
+
+    monkeypatch.setattr(cli_common, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(cli_common, "HEARTBEAT", 0.2)
+    with cli_common.stage_progress("checkpoint", "reading the model") as stage:
+        stage("the nulls", 0, 4)
+        stage("the nulls", 1, 4)
+        time.sleep(3.5)  # one job running, no count moving
+        stage("the nulls", 4, 4)
+    lines = capsys.readouterr().err.splitlines()
+    beats = [line for line in lines if line.startswith("checkpoint: the nulls: 1 of 4, about ")]
+    assert len(beats) >= 2, lines  # the heartbeat's thread looks each second: about one line a second here
+    assert not any(line.startswith("checkpoint: the nulls: 1 of 4") for line in lines[:1]), lines  # the count itself waits 10 s
+    assert lines[-1].startswith("checkpoint: the nulls: 4 of 4, "), lines
