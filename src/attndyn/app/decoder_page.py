@@ -96,7 +96,8 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
 
     ``stds``: the initialiser scales of the random-weight null (:func:`~attndyn.models.decoder_nulls.initializer_scales`);
     with a second one (the model's own is not known) the same draws are made at it as well, returned as
-    the null ``random_2``. ``progress(i, n)``: ``i`` of the ``n`` jobs done (0 first)."""
+    the null ``random_2``. ``progress(i, n)``: ``i`` of the ``n`` forward passes done (0 first; a
+    random-weight model's come together, as its job ends)."""
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
     rng = np.random.default_rng(seed)
     shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]
@@ -119,9 +120,10 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
     jobs: list[Callable[[], object]] = [lambda k=k, s=s: random_job(k, s) for s in stds for k in range(random_draws)]  # the longest first
     jobs += [lambda i=i: values(run, i, "uniform") for i in ids]
     jobs += [lambda i=i: values(run, i, "softmax") for draw in shuffles for i in draw]
+    cost = [P] * R + [1] * (len(jobs) - R)  # forward passes: a random-weight model runs every prompt
     if progress is not None:
-        progress(0, len(jobs))
-    out = pmap(lambda j: jobs[j](), len(jobs), progress=progress)
+        progress(0, sum(cost))
+    out = pmap(lambda j: jobs[j](), len(jobs), progress=progress, cost=cost)
     runs = {
         "uniform": [out[R : R + P]],
         "random": out[:random_draws],
@@ -420,7 +422,7 @@ def decoder_report(
     run = with_dtype(dec, dtype)
     ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
     step("reading the model", 1, 1)
-    stage = f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')})"
+    stage = f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')}), forward passes"
     init = nulls.initializer_scales(dec)
     stds = tuple(s for s, _ in init)
     # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors

@@ -11,7 +11,8 @@ its index and on what existed before the call alone, never on another job: the r
 same whatever the worker count, which :func:`attndyn.core.threads.workers` decides (explicit argument,
 then ``ATTNDYN_THREADS``, then every core this process may run on). ``progress(done, count)`` is called
 here, in this process, each time a job has ended (``done`` = 1, ..., ``count``, in that order, whichever
-job it was): the count behind a command's progress line.
+job it was): the count behind a command's progress line. With ``cost`` (one number a job: what it does, in
+a unit the caller names, e.g. forward passes) ``done`` and ``count`` are sums of the costs instead.
 
 Where ``fork`` is not available (Windows, macOS' default spawn start would have to pickle ``fn``), the
 jobs run here, one after another: the same numbers, one core.
@@ -23,7 +24,7 @@ import multiprocessing
 import os
 import signal
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
@@ -53,18 +54,31 @@ def _run(i: int) -> tuple[int, object]:
     return i, _JOB(i)
 
 
-def pmap(fn: Callable[[int], T], count: int, *, workers: int | None = None, progress: Callable[[int, int], None] | None = None) -> list[T]:
+def pmap(
+    fn: Callable[[int], T], count: int, *, workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+    cost: Sequence[int] | None = None,
+) -> list[T]:  # fmt: skip
     """``[fn(i) for i in range(count)]``, over :func:`attndyn.core.threads.workers` processes (module docstring);
-    ``progress(done, count)`` after each job ends."""
+    ``progress(done, count)`` after each job ends (with ``cost``: the sums of the jobs' costs)."""
     global _JOB
     count = int(count)
+    costs = [1] * count if cost is None else [int(c) for c in cost]
+    if len(costs) != count:
+        raise ValueError(f"pmap: {len(costs)} costs for {count} jobs")
+    total, done = sum(costs), 0
+
+    def ended(i: int) -> None:
+        nonlocal done
+        done += costs[i]
+        if progress is not None:
+            progress(done, total)
+
     k = choose_workers(count, workers)
     if k <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         here = []
         for i in range(count):
             here.append(fn(i))
-            if progress is not None:
-                progress(i + 1, count)
+            ended(i)
         return here
     _JOB = fn
     try:
@@ -75,10 +89,9 @@ def pmap(fn: Callable[[int], T], count: int, *, workers: int | None = None, prog
             try:
                 out: list = [None] * count
                 # in the order they end (each result put at its index): the count moves as soon as any job ends
-                for done, (i, value) in enumerate(pool.imap_unordered(_run, range(count), chunksize=1), 1):
+                for i, value in pool.imap_unordered(_run, range(count), chunksize=1):
                     out[i] = value
-                    if progress is not None:
-                        progress(done, count)
+                    ended(i)
                 pool.close()  # the workers end on their own: no SIGTERM races a worker still starting
                 pool.join()
                 return out
