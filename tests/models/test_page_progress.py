@@ -54,6 +54,25 @@ def _expected(folder, held: int) -> list[tuple[str, list[int]]]:
     return stages
 
 
+def test_pmap_counts_the_jobs_as_they_end_here_in_the_parent():
+    import os
+
+    from attndyn.core.parallel import pmap
+
+    parent, costs = os.getpid(), [5, 1, 1, 3, 1, 2]
+    for workers in (1, 2):
+        seen: list[tuple[int, int, int]] = []
+        out = pmap(lambda i: i * i, len(costs), workers=workers, progress=lambda d, n, seen=seen: seen.append((d, n, os.getpid())), cost=costs)
+        assert out == [i * i for i in range(len(costs))]
+        assert {(n, pid) for _, n, pid in seen} == {(sum(costs), parent)}
+        done = [0, *(d for d, _, _ in seen)]
+        assert sorted(np.diff(done)) == sorted(costs), (workers, done)  # one step a job, its cost
+        if workers == 1:
+            assert done == list(np.cumsum([0, *costs])), done
+    with pytest.raises(ValueError, match="2 costs for 3 jobs"):
+        pmap(lambda i: i, 3, cost=[1, 1])
+
+
 def test_the_page_s_callback_receives_each_stage_from_0_to_n_in_order(tmp_path, monkeypatch):
     """Two workers (the counts come as jobs end in other processes, in any order of jobs)."""
     from attndyn.app.decoder_page import decoder_report

@@ -2,7 +2,7 @@
 
 Contract
 --------
-``pmap(fn, count, workers=None, progress=None) -> list`` returns ``fn(0), ..., fn(count - 1)`` in that order. With one
+``pmap(fn, count, workers=None, progress=None, cost=None) -> list`` returns ``fn(0), ..., fn(count - 1)`` in that order. With one
 worker (or one job) it runs them here, one after another; with more, in that many processes forked from
 this one, each running torch on one thread. The processes inherit everything this process holds when
 ``pmap`` is called (a decoder read once, forward passes already run: copy-on-write, nothing is sent to
