@@ -54,7 +54,8 @@ def page(model: str, rounds: int, keep: str | None = None) -> None:
                 prompts=list(PROMPTS),
                 out=Path(keep) if keep else Path(tmp) / "page",
                 dtype=torch.float64,
-                progress=lambda msg, marks=marks: marks.append((msg, time.perf_counter(), _cpu())),
+                # a stage's first event (i = 0) marks its start
+                progress=lambda msg, i, n, marks=marks: marks.append((msg, time.perf_counter(), _cpu())) if i == 0 else None,
             )
         marks.append(("end", time.perf_counter(), _cpu()))
         runs.append(marks)

@@ -165,20 +165,71 @@ def delayed_progress(description: str, total: float, *, delay: float | None = No
             state["bar"].stop()
 
 
-def _stages(bar: Progress, task) -> Callable[[str], None]:
-    """``progress(message)`` for ``checkpoint``'s stages: the status line on a terminal, else one printed line per
-    stage with the elapsed time, from ``PROGRESS_DELAY`` s on (a bad input found at once prints only its error)."""
+STAGE_LINE = 10.0  # off a terminal, a stage's count is printed at most this often (its start and its end always) ...
+HEARTBEAT = 25.0  # ... and at least this often while the stage runs, even where no count has moved
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+@contextlib.contextmanager
+def stage_progress(command: str, first: str) -> Iterator[Callable[..., None]]:
+    """Yield ``stage(message, i=0, n=0)`` for a command's stages (``checkpoint``, ``intervene``): ``i`` of ``n``
+    jobs of the stage ``message`` done (``n = 0``: a stage without a count). On a terminal a status line (the
+    stage, its count, an estimate of its time left and the elapsed time), erased when done; else, from
+    ``PROGRESS_DELAY`` s on (a bad input found at once prints only its error), one printed line when a stage
+    starts and when it ends, one at most every ``STAGE_LINE`` s as its count moves, and one at least every
+    ``HEARTBEAT`` s while it runs (from a thread: a job can run for minutes), so no stage is silent longer."""
+    import threading
+
     start = time.perf_counter()
+    now: dict = {"message": first, "i": 0, "n": 0, "since": start, "printed": start}
+    lock = threading.Lock()
+    quit_ = threading.Event()
+    terminal = err_console.is_terminal
+    bar = Progress(TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console, transient=True)
+    task = bar.add_task(first)
 
-    def stage(message: str) -> None:
-        bar.update(task, description=message)
-        elapsed = time.perf_counter() - start
-        if not err_console.is_terminal and elapsed >= PROGRESS_DELAY:
-            err_console.print(f"checkpoint: {message}, {elapsed:.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
+    def text() -> str:
+        message, i, n = now["message"], now["i"], now["n"]
+        if not n:
+            return message
+        took = time.perf_counter() - now["since"]
+        left = f", about {_duration(took / i * (n - i))} left" if 0 < i < n else ""
+        return f"{message}: {i} of {n}{left}"
 
-    return stage
+    def line(t: float) -> None:
+        now["printed"] = t
+        err_console.print(f"{command}: {text()}, {t - start:.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
+    def stage(message: str, i: int = 0, n: int = 0) -> None:
+        with lock:
+            t = time.perf_counter()
+            new = message != now["message"]
+            if new:
+                now["since"] = t
+            now.update(message=message, i=i, n=n)
+            if terminal:
+                bar.update(task, description=text())
+            elif t - start >= PROGRESS_DELAY and (new or i == 0 or i == n or t - now["printed"] >= STAGE_LINE):
+                line(t)
 
-def _status() -> Progress:
-    """A one-line status with the elapsed time, erased when done (the long steps of ``checkpoint``)."""
-    return Progress(TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=err_console, transient=True)
+    def beat() -> None:
+        while not quit_.wait(1.0):
+            with lock:
+                t = time.perf_counter()
+                if t - start >= PROGRESS_DELAY and t - now["printed"] >= HEARTBEAT:
+                    line(t)
+
+    if terminal:
+        bar.start()
+    else:
+        watch = threading.Thread(target=beat, name=f"{command} progress", daemon=True)
+        watch.start()
+    try:
+        yield stage
+    finally:
+        quit_.set()
+        if terminal:
+            bar.stop()

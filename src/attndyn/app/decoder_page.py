@@ -80,7 +80,8 @@ NULL_DTYPE = torch.float32  # the nulls' forwards (module docstring): their draw
 
 def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DTYPE, *, random_draws: int = nulls.RANDOM_DRAWS,
                 shuffle_draws: int = nulls.SHUFFLE_DRAWS, seed: int = 0,
-                stds: tuple[float, ...] = (nulls.INIT_STD,)) -> tuple[dict, dict]:  # fmt: skip
+                stds: tuple[float, ...] = (nulls.INIT_STD,),
+                progress: Callable[[int, int], None] | None = None) -> tuple[dict, dict]:  # fmt: skip
     """The three nulls' per-layer values (:data:`~attndyn.models.decoder_geometry.NULL_KEYS`) on the prompts
     ``ids``, their forwards run in ``dtype``: ``{null: {key: (prompts, draws, L + 1)}}`` for uniform causal
     attention (one draw: it is not random), ``random_draws`` random-weight models (each drawn from seed + k
@@ -95,7 +96,8 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
 
     ``stds``: the initialiser scales of the random-weight null (:func:`~attndyn.models.decoder_nulls.initializer_scales`);
     with a second one (the model's own is not known) the same draws are made at it as well, returned as
-    the null ``random_2``."""
+    the null ``random_2``. ``progress(i, n)``: ``i`` of the ``n`` forward passes done (0 first; a
+    random-weight model's come together, as its job ends)."""
     keep = 1 if dec.add_bos and dec.bos_id is not None else 0
     rng = np.random.default_rng(seed)
     shuffles = [[nulls.shuffled(i, rng, keep) for i in ids] for _ in range(shuffle_draws)]
@@ -118,7 +120,10 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
     jobs: list[Callable[[], object]] = [lambda k=k, s=s: random_job(k, s) for s in stds for k in range(random_draws)]  # the longest first
     jobs += [lambda i=i: values(run, i, "uniform") for i in ids]
     jobs += [lambda i=i: values(run, i, "softmax") for draw in shuffles for i in draw]
-    out = pmap(lambda j: jobs[j](), len(jobs))
+    cost = [P] * R + [1] * (len(jobs) - R)  # forward passes: a random-weight model runs every prompt
+    if progress is not None:
+        progress(0, sum(cost))
+    out = pmap(lambda j: jobs[j](), len(jobs), progress=progress, cost=cost)
     runs = {
         "uniform": [out[R : R + P]],
         "random": out[:random_draws],
@@ -132,18 +137,18 @@ def null_values(dec: Decoder, ids: list[list[int]], dtype: torch.dtype = NULL_DT
     return stacked, {name: len(draws) for name, draws in runs.items()}
 
 
-def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype) -> list:
+def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype, progress: Callable[[int, int], None] | None = None) -> list:
     """The forward passes (no logits) of ``(decoder, ids, attention)`` jobs, in order, over the worker
     processes (:func:`attndyn.core.parallel.pmap`): each job is one whole forward, so the numbers do not
     depend on the worker count."""
-    return pmap(lambda k: forward(jobs[k][0], jobs[k][1], dtype=dtype, attention=jobs[k][2], logits=False), len(jobs))
+    return pmap(lambda k: forward(jobs[k][0], jobs[k][1], dtype=dtype, attention=jobs[k][2], logits=False), len(jobs), progress=progress)
 
 
-def layer_values(fws: list, *, clusters: bool) -> dict[str, np.ndarray]:
+def layer_values(fws: list, *, clusters: bool, progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """:func:`~attndyn.models.decoder_geometry.layer_values` of the forwards, one prompt a job over the
     worker processes (each prompt's values depend on the others only through the pooled statistics,
     which every job computes from all ``fws`` in the same order: the same numbers)."""
-    parts = pmap(lambda p: geo.layer_values([fws[p]], clusters=clusters, pool=fws), len(fws))
+    parts = pmap(lambda p: geo.layer_values([fws[p]], clusters=clusters, pool=fws), len(fws), progress=progress)
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
@@ -171,7 +176,8 @@ def split_nulls(null: tuple[dict, dict], start: int, stop: int) -> tuple[dict, d
 def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clusters: bool, pool: str, cut: bool = False,
                      random_draws: int = nulls.RANDOM_DRAWS, shuffle_draws: int = nulls.SHUFFLE_DRAWS,
                      null_dtype: torch.dtype = NULL_DTYPE, null: tuple[dict, dict] | None = None,
-                     stds: tuple[float, ...] = (nulls.INIT_STD,)) -> tuple[list, dict, dict]:  # fmt: skip
+                     stds: tuple[float, ...] = (nulls.INIT_STD,),
+                     progress: Callable[[int, int], None] | None = None) -> tuple[list, dict, dict]:  # fmt: skip
     """The network and its three nulls on one prompt set: the forwards, the per-layer table (with
     intervals, the nulls' means over prompts and draws, their spread over draws, and the interval of the
     difference by the two-level bootstrap over prompts and draws) and the set's summary (Sink_1^eps at
@@ -180,10 +186,14 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     PromptError names the context). ``null``: :func:`null_values` of these prompts (in ``null_dtype``) when
     the caller ran them already (the page runs the nulls of both prompt sets in one pool). ``stds``: the
     random-weight null's initialiser scales; with two (the model's own is not known), a block counts as
-    above or below random weights only where it is at both scales (the hull of the two intervals)."""
+    above or below random weights only where it is at both scales (the hull of the two intervals).
+    ``progress(i, n)``: ``i`` of the ``n`` = 2 x prompts jobs done (each prompt's forward, then its values; 0 first)."""
     ids = prompt_ids(dec, texts, cut=cut)
-    fws = forwards([(dec, i, "softmax") for i in ids], dtype)
-    values = layer_values(fws, clusters=clusters)
+    tell = progress or (lambda i, n: None)
+    P = len(ids)
+    tell(0, 2 * P)
+    fws = forwards([(dec, i, "softmax") for i in ids], dtype, progress=lambda i, n: tell(i, 2 * P))
+    values = layer_values(fws, clusters=clusters, progress=lambda i, n: tell(P + i, 2 * P))
     rows = geo.layer_table(fws, values=values)
     nv, draws = null if null is not None else null_values(dec, ids, null_dtype, random_draws=random_draws, shuffle_draws=shuffle_draws, stds=stds)
     # a difference within the rounding of the coarser of the two runs is no difference (layer 0 of the shuffled null)
@@ -363,17 +373,20 @@ def decoder_report(
     regime_layers: tuple[int, ...] | str = "all",
     heatmap: tuple[int, int] | None = None,
     dtype: torch.dtype = torch.float32,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
     held_out: list[str] | None = None,
     prompt_set: str | None = None,
 ) -> dict:
     """The study (module docstring). ``held_out``: a second prompt set reported beside the first (default:
-    :data:`~attndyn.models.prompts.HELD_OUT` when ``prompts`` are the shipped prompts, none otherwise)."""
+    :data:`~attndyn.models.prompts.HELD_OUT` when ``prompts`` are the shipped prompts, none otherwise).
+    ``progress(stage, i, n)``: ``i`` of the ``n`` jobs of ``stage`` (a sentence) done, for each stage in
+    turn from ``i = 0`` to ``i = n`` (the nulls' draws and forwards, the prompts' forwards, the held-out set,
+    the regimes with the head table, the null of the regimes and the twins, the figures and the page)."""
     from attndyn.models.prompts import HELD_OUT, PROMPTS
     from attndyn.workflow import plots
 
-    step = progress or (lambda msg: None)
-    step("reading the model")
+    step = progress or (lambda stage, i, n: None)
+    step("reading the model", 0, 1)
     dec = load_decoder(name_or_path)
     if dec.tokenizer is None:
         raise CheckpointError(f"{dec.name} carries no tokenizer: a tokenizer.json is needed beside its weights")
@@ -408,28 +421,33 @@ def decoder_report(
     # the weights held in the run's dtype once (forward casts each weight on each call otherwise): the same numbers
     run = with_dtype(dec, dtype)
     ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
-    step(f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')})")
+    step("reading the model", 1, 1)
+    stage = f"the three nulls of {len(ids)} prompts (in {str(NULL_DTYPE).removeprefix('torch.')}), forward passes"
     init = nulls.initializer_scales(dec)
     stds = tuple(s for s, _ in init)
-    null = null_values(dec, ids, stds=stds)  # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors
+    # both sets in one pool (each random-weight model drawn once); dec: cast from the file's tensors
+    null = null_values(dec, ids, stds=stds, progress=lambda i, n, stage=stage: step(stage, i, n))
     P = len(prompts)
-    step(f"forward passes and token geometry of {P} prompts")
-    fws, layers, study = prompt_set_study(run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P), stds=stds)
+    stage = f"forward passes and token geometry of {P} prompts"
+    fws, layers, study = prompt_set_study(
+        run, prompts, dtype=dtype, clusters=True, pool=pool, cut=shipped, null=split_nulls(null, 0, P), stds=stds,
+        progress=lambda i, n, stage=stage: step(stage, i, n),
+    )  # fmt: skip
     study["null_init"] = [{"std": s, "source": why} for s, why in init]
     held_study = None
     if held:
-        step(f"the held-out set: {len(held)} prompts")
+        stage = f"the held-out set: {len(held)} prompts"
         _, held_layers, held_study = prompt_set_study(
             run, held, dtype=dtype, clusters=False, pool=f"the held-out prompts ({len(held)})", cut=shipped,
-            null=split_nulls(null, P, len(ids)), stds=stds,
+            null=split_nulls(null, P, len(ids)), stds=stds, progress=lambda i, n, stage=stage: step(stage, i, n),
         )  # fmt: skip
         held_study["per_layer"] = [{k: v for k, v in r.items() if "_null_" not in k and "_diff_" not in k} for r in held_layers]
-    step(
+    stage = (
         f"spectra of every head, the paper's regime of {len(regime_layers) * dec.heads} heads with their margins, the particle twins, "
         "and the random-weights null of the regimes and the sublayer shares"
     )
     heads, head_regimes, twins, (null_regimes, null_shares) = _heads_and_twins(
-        dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers, dtype, stds[0]
+        dec, run, fws[:TWIN_PROMPTS], tuple(regime_layers), twin_layers, dtype, stds[0], progress=lambda i, n, stage=stage: step(stage, i, n)
     )
     by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
@@ -437,7 +455,7 @@ def decoder_report(
     for t in twins:
         t.update({f"{key}_null_random": null_shares[t["layer"], t["prompt"]][key] for key in SHARE_KEYS})
     summary, leaders = twin_summary(twins, twin_layers)
-    step("figures and the page")
+    step("figures and the page", 0, 1)
     about = describe_file(dec.name, dec.source)
     title = f"{about['file']} ({about['tuning']}, {about['quantisation']}, run in {str(dtype).removeprefix('torch.')})"
     depth = np.arange(L + 1)
@@ -532,24 +550,28 @@ def decoder_report(
     owner.add("layers.csv", "heads.csv", "decoder.json", "findings.md", "findings.json")
     atomic_write_text(out / "index.html", render(record))
     owner.add("index.html")
+    step("figures and the page", 1, 1)
     return record
 
 
 def _heads_and_twins(
     dec: Decoder, run: Decoder, fws: list, regime_layers: tuple[int, ...], twin_layers: tuple[int, ...], dtype: torch.dtype,
-    std: float = nulls.INIT_STD,
+    std: float = nulls.INIT_STD, progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list, list, list, tuple[list, dict]]:  # fmt: skip
     """The head table, the heads' regimes, the particle twins and the random-weights null of the regimes and
     of the sublayer shares, as one list of independent jobs over the worker processes (the regimes, the
     longest, first; then the table and the null; then one job a twin's layer and prompt): each job runs
-    whole in one process, so the numbers do not depend on the worker count."""
+    whole in one process, so the numbers do not depend on the worker count. ``progress(i, n)``: ``i`` of
+    the ``n`` jobs done (0 first)."""
     jobs = [
         lambda: regimes.head_regimes(dec, regime_layers),
         lambda: geo.head_table(dec),
         lambda: _random_null(dec, fws, regime_layers, twin_layers, dtype, std),
         *geo.twin_jobs(run, fws, twin_layers),
     ]
-    out = pmap(lambda k: jobs[k](), len(jobs))
+    if progress is not None:
+        progress(0, len(jobs))
+    out = pmap(lambda k: jobs[k](), len(jobs), progress=progress)
     return out[1], out[0], out[3:], out[2]
 
 

@@ -35,6 +35,7 @@ operation (bit-identical: tested).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -87,10 +88,13 @@ def run(
     dtype: torch.dtype = torch.float64,
     record: bool = False,
     keep_logits: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[BranchResult], list[BranchResult], dict]:
     """Every prompt plain, then every ``(prompt index, edits)`` branch, layer by layer. Returns the plain
     results (one per prompt), the branch results (in order) and counts: ``layers_built`` (each layer once),
-    ``block_runs`` (blocks run over all branches) and ``forwards`` (block_runs / L)."""
+    ``block_runs`` (blocks run over all branches) and ``forwards`` (block_runs / L). ``progress(i, n)``:
+    ``i`` of ``n`` = L + prompts steps done (0 first; each layer through every branch, then each prompt's
+    losses)."""
     from attndyn.models import interventions as iv
     from attndyn.models.decoder_geometry import _twin_model, twin_update
 
@@ -138,6 +142,9 @@ def run(
     branch_hidden: list[list | None] = [None] * len(branches)
     block_runs = 0
     twin_models: dict = {}  # layer -> its particle twin, built once for every branch that asks for it
+    tell = progress or (lambda i, n: None)
+    steps = L + len(ids)
+    tell(0, steps)
 
     def block(k, layer, x, n, edits=()):
         drop = iv.block_action(edits, k)
@@ -194,6 +201,7 @@ def run(
                 branch_hidden[b].append(branch_x[b])
         del layer
         twin_models.clear()
+        tell(k + 1, steps)
 
     def logits_of(x):
         out = _norm(decoder, x, cast(decoder.norm), cast(decoder.norm_bias)) @ cast(decoder.head).T
@@ -219,6 +227,7 @@ def run(
             edited[b] = BranchResult(i, branches[b][1], nll_b, kl, torch.stack(branch_hidden[b]) if record else None, lg_b if keep_logits else None)
             branch_x[b] = None
         plain_x[i] = None
+        tell(L + i + 1, steps)
     counts = {"layers_built": L, "block_runs": block_runs, "forwards": block_runs / L, "layers": L}
     return plain, edited, counts
 

@@ -26,7 +26,7 @@ the plain layer and with each other (the ``theory`` study, :func:`theory_study`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -388,9 +388,11 @@ def intervene(
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
     resamples: int = 2000,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Every spec (one string; several edits joined by ';' act at once) on every prompt, beside ``draws``
-    draws of its null, in one layer-major run. The record :func:`attndyn.app.commands.intervene` writes
+    draws of its null, in one layer-major run (``progress``: the executor's, :func:`attndyn.models.executor.run`).
+    The record :func:`attndyn.app.commands.intervene` writes
     as interventions.json: the unedited ``nll``; per spec ``edit``, ``nll``, ``ppl_ratio``, ``kl`` each
     with its ``_interval``, its ``null`` (the same, pooled over the draws' branches, with each draw's
     perplexity ratio), the second null ``null_l2`` for entry edits, and the ``decision`` of the edit
@@ -437,7 +439,7 @@ def intervene(
             if all(e.kind in ("zero", "mean", "scale", "set", "clip") for e in edits):
                 l2.append(add(tuple(perturb_null(e, rng) for e in edits)))
         plan.append((mine, nulls, l2))
-    plain, edited, counts = run(decoder, all_prompts, branches, dtype=dtype)
+    plain, edited, counts = run(decoder, all_prompts, branches, dtype=dtype, progress=progress)
     plain = plain[:n]
     base, base_draws = _pooled(plain, resamples, seed)
     out = {"nll": base, "nll_interval": _interval(base_draws), "prompts": n, "draws": draws, "counts": counts, "edits": []}
@@ -483,10 +485,13 @@ STUDIES = ("massive", "depth", "sinks", "theory")
 THEORY = ("twin-step", "twin", "uniform")  # the replacements of the theory study, after the plain layer
 
 
-def plain_record(decoder: Decoder, prompts: list[list[int]], *, dtype: torch.dtype = torch.float64, resamples: int = 2000) -> dict:
+def plain_record(
+    decoder: Decoder, prompts: list[list[int]], *, dtype: torch.dtype = torch.float64, resamples: int = 2000,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:  # fmt: skip
     from attndyn.models.executor import run
 
-    plain, _, counts = run(decoder, prompts, dtype=dtype)
+    plain, _, counts = run(decoder, prompts, dtype=dtype, progress=progress)
     base, draws = _pooled(plain, resamples, 0)
     return {"nll": base, "nll_interval": _interval(draws), "counts": counts}
 
@@ -542,6 +547,7 @@ def theory_study(
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
     resamples: int = 2000,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Each layer's attention (default: the checkpoint page's twin layers) replaced by the twin's step, the
     twin's flow and uniform causal attention, in one executor run. Per layer: the pooled losses, the
@@ -569,7 +575,7 @@ def theory_study(
     specs = [f"attention:block={k},with={w}" for k in layers for w in THEORY]
     n = len(prompts)
     branches = [(i, (parse(s),)) for s in specs for i in range(n)]
-    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype)
+    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype, progress=progress)
     base, base_draws = _pooled(plain, resamples, seed)
     entries, per_layer = [], []
     for a, k in enumerate(layers):
@@ -603,21 +609,28 @@ def theory_study(
     }
 
 
-def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0) -> dict:
+def run_study(
+    decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict:  # fmt: skip
     """One of :data:`STUDIES` (the guide states each protocol and rule). The plain states come from one
     recorded executor run; the edits of the study then run in one more, each edit starting at its block
-    (``theory``: :func:`theory_study`, one run with its plain branches)."""
+    (``theory``: :func:`theory_study`, one run with its plain branches). ``progress(stage, i, n)``: each
+    run's steps done (:func:`attndyn.models.executor.run`), ``stage`` naming the study and the run."""
     from attndyn.models.executor import run
 
     if study not in STUDIES:
         raise ValueError(f"study {study!r} is not one of {', '.join(STUDIES)}")
+    step = progress or (lambda stage, i, n: None)
     if study == "theory":
-        return theory_study(decoder, prompts, dtype=dtype, seed=seed)
+        stage = f"study theory: the plain prompts and {len(THEORY)} replacements of each twin layer's attention"
+        return theory_study(decoder, prompts, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n))
     t0 = __import__("time").perf_counter()
-    plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True)
+    plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True, progress=lambda i, n: step(f"study {study}: the plain prompts", i, n))
     hidden = [r.hidden for r in plain]
     L = len(decoder.layers)
     out: dict = {"study": study}
+    edited = f"study {study}: its edits beside {draws} draws of their nulls"
     if study == "massive":
         k, pairs = step_up(hidden)
         out["threshold"] = f"{MASSIVE:g} x the median magnitude"
@@ -629,7 +642,7 @@ def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: 
         pairs = [p for p in pairs if p[0] < min(len(p_) for p_ in prompts)]
         zero = ";".join(f"zero:block={k},token={t},dim={j}" for t, j in pairs)
         mean = ";".join(f"mean:block={k},token={t},dim={j}" for t, j in pairs)
-        rec = intervene(decoder, prompts, [zero, mean], draws=draws, dtype=dtype, seed=seed)
+        rec = intervene(decoder, prompts, [zero, mean], draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
         z, m = rec["edits"]
         out["edits"] = rec["edits"]
         z_lo = z["ppl_ratio_interval"][0]
@@ -648,7 +661,7 @@ def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: 
             best = int(np.nanargmin(row))
             spans.append({"n": n, "first": best, "last": best + n - 1, "distance": float(row[best])})
             specs.append(f"skip:block={best}" if n == 1 else f"skip:blocks={best}-{best + n - 1}")
-        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed)
+        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
         out["distances"] = dist
         out["spans"] = spans
         out["edits"] = rec["edits"]
@@ -656,7 +669,7 @@ def run_study(decoder: Decoder, prompts: list[list[int]], study: str, *, draws: 
     else:  # sinks: the first key removed at a spread of layers
         step = max(1, L // 6)
         specs = [f"attention:block={k},with=no-first-key" for k in range(0, L, step)]
-        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed)
+        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
         out["edits"] = rec["edits"]
         out["layers"] = list(range(0, L, step))
         counts = rec["counts"]

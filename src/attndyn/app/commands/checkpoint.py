@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attndyn.app.cli_common import FORCE_ADOPT, _stages, _status, console, engine_options, fail, writable
+from attndyn.app.cli_common import FORCE_ADOPT, console, engine_options, fail, stage_progress, writable
 
 
 def checkpoint(
@@ -78,10 +78,8 @@ def checkpoint(
     if path.lower() != "minilm" and not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
         fail(f"{path!r} is not a folder here; attndyn never downloads: a hub id needs its files on disk (config.json, *.safetensors)")
 
-    bar = _status()
     try:
-        with bar:
-            task = bar.add_task("loading checkpoint")
+        with stage_progress("checkpoint", "loading checkpoint") as stage:
             record = checkpoint_report(
                 path,
                 text=text,
@@ -89,7 +87,7 @@ def checkpoint(
                 head=head,
                 out=out,
                 allow_pickle=allow_pickle,
-                progress=_stages(bar, task),
+                progress=stage,
                 device=dev,
                 dtype=torch_dtype,
                 spectra_only=spectra_only,
@@ -188,9 +186,7 @@ def _decoder(
         except ValueError:
             fail(f"--regime-layers {regime_layers!r} is not 'all', 'twins' or a comma-separated list of layer numbers")
     ownership.check(out, "checkpoint")
-    bar = _status()
-    with bar:
-        task = bar.add_task("reading the model")
+    with stage_progress("checkpoint", "reading the model") as stage:
         record = decoder_report(
             path,
             prompts=texts,
@@ -199,7 +195,7 @@ def _decoder(
             regime_layers=regimes,
             heatmap=None if head is None else (layer, head),
             dtype=torch_dtype,
-            progress=_stages(bar, task),
+            progress=stage,
         )
     last = record["per_layer"][-1]
     console.print(

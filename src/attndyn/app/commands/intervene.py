@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attndyn.app.cli_common import FORCE_ADOPT, console, fail, writable
+from attndyn.app.cli_common import FORCE_ADOPT, console, fail, stage_progress, writable
 
 
 def intervene(
@@ -72,15 +72,25 @@ def intervene(
     ids = [decoder.encode(t) for t in texts]
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
-    try:
-        record = iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype) if specs else {"edits": []}
-        record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype) for s in studies}
-    except (ValueError, CheckpointError) as err:
-        fail(str(err))
-    if not specs:  # the theory study's run holds the plain branches: no other plain run for them
-        theory = record["studies"].get("theory")
-        plain = {k: theory[k] for k in ("nll", "nll_interval", "counts")} if theory else iv.plain_record(decoder, ids, dtype=torch_dtype)
-        record.update(plain)
+    edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, layer by layer"
+    with stage_progress("intervene", edits) as stage:
+        try:
+            record = (
+                iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype, progress=lambda i, n: stage(edits, i, n))
+                if specs
+                else {"edits": []}
+            )
+            record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype, progress=stage) for s in studies}
+        except (ValueError, CheckpointError) as err:
+            fail(str(err))
+        if not specs:  # the theory study's run holds the plain branches: no other plain run for them
+            theory = record["studies"].get("theory")
+            plain = (
+                {k: theory[k] for k in ("nll", "nll_interval", "counts")}
+                if theory
+                else iv.plain_record(decoder, ids, dtype=torch_dtype, progress=lambda i, n: stage("the plain prompts", i, n))
+            )
+            record.update(plain)
     record.update(model=decoder.name, dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
     owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
     ownership.clear(owner)
