@@ -163,7 +163,10 @@ def clean_ratio(distances: np.ndarray, labels: np.ndarray) -> float:
     if len(sizes) < 2 or sizes.min() < 2:
         return float("nan")
     same = labels[:, None] == labels[None, :]
-    return float(distances[~same].min() / distances[same].max())
+    between, inside = distances[~same].min(), distances[same].max()
+    if inside == 0:  # every cluster collapsed to a point: the gap is clean when the points are apart
+        return float("inf") if between > 0 else float("nan")
+    return float(between / inside)
 
 
 def diameter_of(points: np.ndarray) -> float:
