@@ -1209,3 +1209,16 @@ def test_the_leaders_decision_is_made_over_bootstrap_seeds():
     text = leaders_sentence(lead)
     assert f"{nulls.UNDETERMINED}: the twin against the mask alone" in text
     assert "more often" not in text
+
+
+def test_a_null_of_one_draw_replicates_by_bootstrap_seed():
+    """Uniform causal attention is not random: its 5 replicates are the one draw under seeds seed + r, each the
+    percentile interval of the prompts' paired differences by hand."""
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(12, 2)), rng.normal(size=(12, 1, 2))
+    rep = nulls.replicate_differences(a, b, seed=3)
+    for r in range(5):
+        idx = np.random.default_rng(3 + r).integers(0, 12, size=(nulls.BOOTSTRAP, 12))
+        means = (a - b[:, 0])[idx].mean(1)
+        np.testing.assert_allclose(rep["lo_sets"][r], np.quantile(means, 0.025, axis=0), rtol=1e-12)
+    assert len({tuple(x) for x in rep["lo_sets"]}) == 5
