@@ -1049,7 +1049,7 @@ def test_the_page_states_the_uniform_sink_value_instead_of_comparing(tmp_path, m
     texts = ["a", "b"]  # the tiny model has no tokenizer: its prompts are ids
     ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
     monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
-    _, _, study = prompt_set_study(dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", random_draws=2, shuffle_draws=2)
+    _, _, study = prompt_set_study(dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", random_draws=5, shuffle_draws=5)
     sink = [s for s in study["sentences"] if "sink rate (Gu" in s]
     assert not [s for s in sink if "uniform causal attention in" in s]  # no "exceeds uniform causal attention in blocks ..."
     assert [s for s in sink if s.startswith("Under uniform causal attention the sink rate (Gu") and "by construction" in s]
@@ -1121,3 +1121,104 @@ def test_replicates_are_disjoint_draws_with_their_own_seeds_and_the_sentence_nam
     assert "3 Monte-Carlo standard errors over 5 independent replicates" in text
     with pytest.raises(ValueError, match="at least sets = 5 draws"):
         nulls.replicate_differences(a, b[:, :4])
+
+
+def test_the_findings_leave_a_difference_that_depends_on_the_draw_undetermined(tmp_path, monkeypatch):
+    """Issue 47, item 2, wired into the decoder findings: a null that is the network shifted by a constant per
+    draw. The shuffled null's shifts put the difference's margin near zero with a large spread over the 5
+    replicates (draws r and r + 5, bootstrap seed r): every block reads "undetermined (depends on the draw)",
+    where one interval over all draws decided ("exceeds"); the random-weight null, shifted by -0.5
+    at every draw, reads "exceeds"; uniform causal attention, equal to the network, "cannot be told"."""
+    from attndyn.app import decoder_page
+    from attndyn.app.decoder_page import findings_text, prompt_set_study
+
+    dec = _tiny(tmp_path)
+    texts = ["a", "b"]
+    ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
+    monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
+    fws = decoder_page.forwards([(dec, ids[t], "softmax") for t in texts], torch.float64)
+    values = decoder_page.layer_values(fws, clusters=False)
+    # replicate r holds draws r and r + 5: its interval of network - null is [-max, -min] of their shifts
+    pairs = [(-0.3, -0.1), (0.1, -0.2), (-0.4, -0.05), (0.05, -0.1), (-0.3, -0.02)]  # lo: 0.1, -0.1, 0.05, -0.05, 0.02
+    shifts = np.array([p[0] for p in pairs] + [p[1] for p in pairs])
+    nv = {
+        "uniform": {k: values[k][:, None] for k in geo.NULL_KEYS},
+        "random": {k: values[k][:, None] - 0.5 + 0.001 * np.arange(5)[None, :, None] for k in geo.NULL_KEYS},
+        "shuffled": {k: values[k][:, None] + shifts[None, :, None] for k in geo.NULL_KEYS},
+    }
+    _, rows, study = prompt_set_study(
+        dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", null=(nv, {"uniform": 1, "random": 5, "shuffled": 10})
+    )
+    lo = np.array([-max(p) for p in pairs])
+    assert 0 < lo.mean() < 3 * lo.std(ddof=1) / np.sqrt(5)  # the margin "exceeds" is within 3 Monte-Carlo errors of 0
+    for row in rows:
+        assert row["mean_cosine_diff_shuffled_decision"] == nulls.UNDETERMINED
+        assert row["mean_cosine_diff_random_decision"] == "exceeds"
+        assert row["mean_cosine_diff_uniform_decision"] == "cannot be told"
+        ci = row["mean_cosine_diff_shuffled_ci"]
+        assert ci[0] > 0  # the single interval over all 10 draws decides "exceeds", the old answer
+    cosine = [s for s in study["sentences"] if s.startswith("The network's mean pairwise cosine ")]
+    assert any(f"is {nulls.UNDETERMINED} against shuffled tokens at the embeddings and after blocks 0-" in s for s in cosine)
+    assert not any("from shuffled tokens" in s or "exceeds shuffled tokens" in s for s in cosine)
+    assert any("exceeds random weights" in s for s in cosine)
+    record = {
+        "file": "tiny", "tuning": "base", "quantisation": "none", "dtype": "float64", "tokens": [30, 40], "twin": [],
+        "per_layer": rows, "study": study,
+    }  # fmt: skip
+    text = findings_text(record)
+    assert f"shuffled tokens {_fmt_mean(rows[-1], 'shuffled')}" in text
+    assert f": {nulls.UNDETERMINED}" in text  # the last block's sentence: the decision, not the interval's answer
+    assert "3 Monte-Carlo standard errors over 5 independent replicates" in text
+
+
+def _fmt_mean(row: dict, name: str) -> str:
+    from attndyn.app.decoder_page import _fmt
+
+    return _fmt(row[f"mean_cosine_null_{name}"])
+
+
+def test_a_record_without_replicates_says_its_answer_is_one_intervals():
+    from attndyn.app.decoder_page import _nulls_at
+
+    row = {"x_null_shuffled": 1.0, "x_diff_shuffled_ci": [0.1, 0.3]}
+    assert "the network exceeds it (by one interval: this record predates the decision over replicates)" in _nulls_at(row, "x", {"shuffled": 8})
+    row["x_diff_shuffled_decision"] = nulls.UNDETERMINED
+    assert _nulls_at(row, "x", {"shuffled": 8}).endswith(f"difference [0.1, 0.3]: {nulls.UNDETERMINED}")
+
+
+def test_the_leaders_decision_is_made_over_bootstrap_seeds():
+    """The twin's leaders against the mask: 5 replicates by bootstrap seed 0-4 (both sides are deterministic),
+    each the percentile interval of the per-prompt differences by hand; a margin near zero with a large
+    spread over the seeds reads undetermined, where the seed-0 interval alone decided."""
+    from attndyn.app.decoder_page import leaders_sentence, twin_summary
+
+    twins = _twins(prompts=12, token0=40)
+    rng = np.random.default_rng(3)
+    for t in twins:  # agreement scattered over the prompts: the seeds' intervals differ
+        t["top_leader_agrees"] = bool(rng.random() < 0.6)
+    _, lead = twin_summary(twins, (0, 7, 15, 22, 28))
+    tw = np.array([[t["top_leader_agrees"] for t in twins if t["prompt"] == p] for p in range(12)], dtype=float).mean(1)
+    un = np.array([[t["uniform_top_leader_agrees"] for t in twins if t["prompt"] == p] for p in range(12)], dtype=float).mean(1)
+    for r, (lo, hi) in enumerate(lead["top_difference_sets"]):
+        means = (tw - un)[np.random.default_rng(r).integers(0, 12, size=(nulls.BOOTSTRAP, 12))].mean(1)
+        assert [lo, hi] == [pytest.approx(np.quantile(means, 0.025)), pytest.approx(np.quantile(means, 0.975))]
+    assert len({tuple(x) for x in lead["top_difference_sets"]}) > 1
+    assert "over 5 bootstrap seeds" in leaders_sentence(lead)
+    lead["top_difference_ci"] = [0.05, 0.3]  # seed 0 alone: "more often"
+    lead["top_difference_sets"] = [[0.05, 0.3], [-0.02, 0.2], [0.08, 0.3], [-0.01, 0.2], [0.03, 0.3]]
+    text = leaders_sentence(lead)
+    assert f"{nulls.UNDETERMINED}: the twin against the mask alone" in text
+    assert "more often" not in text
+
+
+def test_a_null_of_one_draw_replicates_by_bootstrap_seed():
+    """Uniform causal attention is not random: its 5 replicates are the one draw under seeds seed + r, each the
+    percentile interval of the prompts' paired differences by hand."""
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(12, 2)), rng.normal(size=(12, 1, 2))
+    rep = nulls.replicate_differences(a, b, seed=3)
+    for r in range(5):
+        idx = np.random.default_rng(3 + r).integers(0, 12, size=(nulls.BOOTSTRAP, 12))
+        means = (a - b[:, 0])[idx].mean(1)
+        np.testing.assert_allclose(rep["lo_sets"][r], np.quantile(means, 0.025, axis=0), rtol=1e-12)
+    assert len({tuple(x) for x in rep["lo_sets"]}) == 5

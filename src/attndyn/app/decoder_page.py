@@ -186,7 +186,10 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
     PromptError names the context). ``null``: :func:`null_values` of these prompts (in ``null_dtype``) when
     the caller ran them already (the page runs the nulls of both prompt sets in one pool). ``stds``: the
     random-weight null's initialiser scales; with two (the model's own is not known), a block counts as
-    above or below random weights only where it is at both scales (the hull of the two intervals).
+    above or below random weights only where it is at both scales (the hull of the two intervals). Each
+    block's decision against a null is :func:`~attndyn.models.decoder_nulls.decide` over the replicates of
+    :func:`~attndyn.models.decoder_nulls.replicate_differences` (``KEY_diff_NULL_decision``; the interval
+    ``KEY_diff_NULL_ci`` is over all draws): a null needs at least 5 draws, or one (uniform causal attention).
     ``progress(i, n)``: ``i`` of the ``n`` = 2 x prompts jobs done (each prompt's forward, then its values; 0 first)."""
     ids = prompt_ids(dec, texts, cut=cut)
     tell = progress or (lambda i, n: None)
@@ -208,11 +211,14 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
                 queries = [min(n, geo.SINK_T) if key == "sink_rate" else n for n in (len(i) for i in ids)]
                 fixed = nulls.uniform_sink_fixed(queries, geo.SINK_THRESHOLD, what=METRIC_NAMES[key])
             a, b = _complete(values[key], nv[name][key])
-            d = nulls.draws_difference(a, b, rounding=tol)
+            d, rep = nulls.draws_difference(a, b, rounding=tol), nulls.replicate_differences(a, b, rounding=tol)
             if name == "random" and "random_2" in nv:  # the scale is not known: a decision must hold at both
-                d2 = nulls.draws_difference(*_complete(values[key], nv["random_2"][key]), rounding=tol)
+                a2, b2 = _complete(values[key], nv["random_2"][key])
+                d2, rep2 = nulls.draws_difference(a2, b2, rounding=tol), nulls.replicate_differences(a2, b2, rounding=tol)
                 d = d | {"lo": np.fmin(d["lo"], d2["lo"]), "hi": np.fmax(d["hi"], d2["hi"])}
-            diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()}
+                rep = {"lo_sets": np.fmin(rep["lo_sets"], rep2["lo_sets"]), "hi_sets": np.fmax(rep["hi_sets"], rep2["hi_sets"])}
+            decisions = [nulls.decide(rep["lo_sets"][:, k], rep["hi_sets"][:, k]).word if np.isfinite(d["lo"][k]) else None for k in layers]
+            diffs[f"{key}:{name}"] = {k: [float(x) for x in v] for k, v in d.items()} | {"decision": decisions}
             ns = nulls.draws_summary(b)
             mean = _column_means(b.reshape(b.shape[0] * b.shape[1], -1))
             for layer in layers:
@@ -220,6 +226,8 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
                 if draws[name] > 1:
                     rows[layer][f"{key}_null_{name}_spread"] = [float(ns["spread"][0][layer]), float(ns["spread"][1][layer])]
                 rows[layer][f"{key}_diff_{name}_ci"] = [float(d["lo"][layer]), float(d["hi"][layer])]
+                if decisions[layer] is not None:
+                    rows[layer][f"{key}_diff_{name}_decision"] = decisions[layer]
             if fixed:
                 sentences.append(fixed)
                 continue
@@ -228,7 +236,7 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
                 METRIC_NAMES.get(key, key),
                 random_name(stds) if name == "random" else NULL_NAMES[name],
                 sel,
-                {k: [d[k][j] for j in sel] for k in ("lo", "hi")},
+                {k: rep[k][:, sel] for k in ("lo_sets", "hi_sets")},
                 pool=pool,
                 unit=unit,
                 draws=DRAW_NAMES[name].format(n=draws[name]) if draws[name] > 1 else "",
@@ -241,6 +249,7 @@ def prompt_set_study(dec: Decoder, texts: list[str], *, dtype: torch.dtype, clus
         "prompts": len(texts),
         "tokens": lengths,
         "null_draws": draws,
+        "replicates": nulls.REPLICATES_MIN,
         "sink_1": _sink_1_summary(values, nv, "sink_rate") | {"T": geo.SINK_T, "shorter_than_T": sum(n < geo.SINK_T for n in lengths)},
         "sink_1_all_queries": _sink_1_summary(values, nv, "sink_rate_all_queries"),
         "sentences": sentences,
@@ -345,6 +354,8 @@ def twin_summary(twins: list[dict], layers: tuple[int, ...]) -> tuple[list[dict]
         return np.array([x[of == p].mean() for p in prompts])
 
     d_top = nulls.paired_difference(per_prompt(tw), per_prompt(un))
+    # the decision's replicates: both sides are deterministic, so they differ by the bootstrap seed alone
+    top_sets = [nulls.paired_difference(per_prompt(tw), per_prompt(un), seed=r) for r in range(nulls.REPLICATES_MIN)]
     d_ov = nulls.paired_difference(per_prompt(ov), per_prompt(uo))
     token0 = sum(int(t["real_leaders"][0] == 0) for t in twins if "real_leaders" in t)
     leaders = {
@@ -358,6 +369,7 @@ def twin_summary(twins: list[dict], layers: tuple[int, ...]) -> tuple[list[dict]
         "twin_overlap": float(ov.mean()),
         "uniform_overlap": float(uo.mean()),
         "top_difference_ci": [float(d_top["lo"]), float(d_top["hi"])],
+        "top_difference_sets": [[float(d["lo"]), float(d["hi"])] for d in top_sets],
         "overlap_difference_ci": [float(d_ov["lo"]), float(d_ov["hi"])],
         "resampled": "prompts",
     }
@@ -649,10 +661,21 @@ def _nulls_at(row: dict, key: str, draws: dict) -> str:
         text = f"{NULL_NAMES[name]} {_fmt(value)}" + (f" ({n} draws: {_fmt(sp[0])}-{_fmt(sp[1])})" if sp and n and n > 1 else "")
         ci = row.get(f"{key}_diff_{name}_ci")
         if ci and _finite(ci[0]) and _finite(ci[1]):
-            verdict = "the network exceeds it" if ci[0] > 0 else "the network falls below it" if ci[1] < 0 else "cannot be told from the network"
-            text += f", difference {_ci(ci)}: {verdict}"
+            text += f", difference {_ci(ci)}: {_verdict(row.get(f'{key}_diff_{name}_decision'), ci)}"
         parts.append(text)
     return "; ".join(parts) if parts else "no null"
+
+
+VERDICTS = {"exceeds": "the network exceeds it", "falls below": "the network falls below it", "cannot be told": "cannot be told from the network"}
+
+
+def _verdict(word: str | None, ci: list) -> str:
+    """The decision over replicates (:func:`~attndyn.models.decoder_nulls.decide`); a record written before
+    it holds one interval, whose answer is given as that interval's alone."""
+    if word is not None:
+        return VERDICTS.get(word, word)
+    one = "exceeds" if ci[0] > 0 else "falls below" if ci[1] < 0 else "cannot be told"
+    return f"{VERDICTS[one]} (by one interval: this record predates the decision over replicates)"
 
 
 def _by_interval(rows: list[dict], key: str, level: float) -> dict[str, list[int]]:
@@ -757,12 +780,21 @@ def leaders_sentence(lead: dict) -> str:
     the twin's score, and the interval of the difference resampled by prompt."""
     n, k = lead["pairs"], lead.get("network_top_is_token_0")
     lo, hi = lead["top_difference_ci"]
-    if lo > 0:
-        verdict = "the twin's top leader agrees more often than the mask's"
-    elif hi < 0:
-        verdict = "the twin's top leader agrees less often than the mask's"
+    sets = lead.get("top_difference_sets")
+    if sets:  # the decision over replicates (bootstrap seeds: both sides are deterministic)
+        word = nulls.decide([x[0] for x in sets], [x[1] for x in sets]).word
     else:
-        verdict = "the twin cannot be told from the mask alone"
+        word = "exceeds" if lo > 0 else "falls below" if hi < 0 else "cannot be told"
+    verdict = {
+        "exceeds": "the twin's top leader agrees more often than the mask's",
+        "falls below": "the twin's top leader agrees less often than the mask's",
+        "cannot be told": "the twin cannot be told from the mask alone",
+    }.get(word, f"{word}: the twin against the mask alone")
+    verdict += (
+        f" (decided where the margin exceeds {nulls.MC_SE_MIN:g} Monte-Carlo standard errors over {len(sets)} bootstrap seeds)"
+        if sets
+        else " (by one interval: this record predates the decision over replicates)"
+    )
     power = ""
     if k is not None:
         power = (
@@ -824,6 +856,10 @@ def findings_text(r: dict) -> str:
              "alone, not corrected for the number of blocks read)"
              + (f", and for the random-weights and shuffled-token nulls also over their draws ({draws.get('random')} random-weight "
                 f"models, {draws.get('shuffled')} shuffles of each prompt; a null's range over its draws is given beside it)" if draws else "")
+             + (f". A difference to a null is decided (exceeds, falls below, cannot be told) only where its margin exceeds "
+                f"{nulls.MC_SE_MIN:g} Monte-Carlo standard errors over {study['replicates']} independent replicates (disjoint sets of the "
+                "null's draws, each with its own bootstrap seed; uniform causal attention, which is not random, by the seeds alone), "
+                f"else it is {nulls.UNDETERMINED}" if study.get("replicates") else "")
              + f". {nulls.LAYER_CONVENTION}"]  # fmt: skip
     init = study.get("null_init")
     if init:
@@ -854,7 +890,7 @@ def findings_text(r: dict) -> str:
         f"{_fmt(last['standardized_cosine'])} {_ci(last['standardized_cosine_ci'])} (descriptive, no null: the standardised value depends "
         "on the pool and is defined for this pool only)."
     )
-    shown = ("sink rate (Gu", "massive-activation ratio", "mean pairwise cosine cannot", "mean pairwise cosine exceeds", "mean pairwise cosine falls")
+    shown = ("sink rate (Gu", "massive-activation ratio", *(f"mean pairwise cosine {w}" for w in ("cannot", "exceeds", "falls", "is undetermined")))
     starts = (*(f"The network's {m}" for m in shown), "Under uniform causal attention the sink rate (Gu")
     lines += [f"- {s}" for s in study["sentences"] if s.startswith(starts)]
     lead = r.get("leaders") or {}
@@ -882,7 +918,7 @@ FINDINGS_LAYER_KEYS = ("layer", "sink_rate", "sink_rate_ci", "massive_activation
                       "massive_dim", "norm_ratio", "norm_ratio_ci", "mean_cosine", "mean_cosine_ci",
                       "standardized_cosine", "standardized_cosine_ci") + tuple(
     f"{key}_{part}" for key in ("massive_activation_ratio", "norm_ratio", "mean_cosine") for name in NULLS
-    for part in (f"null_{name}", f"null_{name}_spread", f"diff_{name}_ci")
+    for part in (f"null_{name}", f"null_{name}_spread", f"diff_{name}_ci", f"diff_{name}_decision")
 )  # fmt: skip
 
 
@@ -893,7 +929,9 @@ def findings_record(r: dict) -> dict:
             "regime_counts_null_random")  # fmt: skip
     out = {k: r.get(k) for k in keep}
     out["per_layer"] = [{k: row[k] for k in FINDINGS_LAYER_KEYS if k in row} for row in r["per_layer"]]
-    out["study"] = {k: r["study"][k] for k in ("pool", "sink_1", "sink_1_all_queries", "null_draws", "null_init", "sentences") if k in r["study"]}
+    out["study"] = {
+        k: r["study"][k] for k in ("pool", "sink_1", "sink_1_all_queries", "null_draws", "replicates", "null_init", "sentences") if k in r["study"]
+    }
     twin_keys = (
         "layer",
         "prompts",

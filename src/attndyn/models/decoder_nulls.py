@@ -45,7 +45,9 @@ Contract
   over sqrt(R)); otherwise, or with fewer than 5 replicates, it is "undetermined (depends on the draw)".
   A :class:`Decision` carries the word, the margin, its standard error and R. ``replicate_differences(a,
   b, sets)``: those R intervals from ``draws_difference`` on disjoint sets of the null's draws, bootstrap
-  seeds ``seed + r``.
+  seeds ``seed + r`` (a null of one draw, uniform causal attention, by the seeds alone). The decoder page
+  draws ``RANDOM_DRAWS`` = 5 random-weight models (one a replicate) and ``SHUFFLE_DRAWS`` = 10 shuffles
+  of each prompt (two a replicate).
 * ``comparison_sentence(metric, null, layers, diff)``: the layers where the interval of the difference
   network - null lies above zero, below zero, or contains zero, written as one sentence, with the pool;
   with replicates (``diff["lo_sets"]``, ``diff["hi_sets"]``: ``(R, layers)``) by :func:`decide`, the
@@ -79,8 +81,8 @@ PUBLISHED_INIT = {
         "initializer_range 0.02 in google/gemma-3-270m's config.json (the Gemma 3 configurations' published value)",
     ),
 }
-RANDOM_DRAWS = 4  # random-weight models drawn (each a whole model, shared by the prompts)
-SHUFFLE_DRAWS = 8  # permutations of each prompt
+RANDOM_DRAWS = 5  # random-weight models drawn (each a whole model, shared by the prompts): one a replicate of the decision rule
+SHUFFLE_DRAWS = 10  # permutations of each prompt: two a replicate
 
 
 def bootstrap_interval(
@@ -216,12 +218,16 @@ def replicate_differences(
     """:func:`draws_difference` of ``a`` ``(P, ...)`` against ``sets`` disjoint sets of the null's draws
     (``b``: ``(P, D, ...)``, D >= ``sets``; draws ``r, r + sets, ...`` make set r, the rest of D / sets left
     out) with bootstrap seed ``seed + r``: ``{"lo_sets", "hi_sets"}`` ``(sets, ...)`` for :func:`decide`,
-    and the difference of the means over all draws (``"mean"``)."""
+    and the difference of the means over all draws (``"mean"``). A null of one draw (uniform causal
+    attention, not random) is in every set: its replicates differ by their bootstrap seeds alone."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if b.ndim < 2 or b.shape[1] < sets:
-        raise ValueError(f"replicate_differences needs at least sets = {sets} draws of the null; got shape {b.shape}")
+    if b.ndim < 2 or (b.shape[1] < sets and b.shape[1] != 1):
+        raise ValueError(
+            f"replicate_differences needs at least sets = {sets} draws of the null (or one, a null that is not random); got shape {b.shape}"
+        )
     per = b.shape[1] // sets
-    parts = [draws_difference(a, b[:, r::sets][:, :per], rounding=rounding, seed=seed + r, **kw) for r in range(sets)]
+    subsets = [b[:, r::sets][:, :per] for r in range(sets)] if per else [b] * sets  # one draw: the bootstrap seeds alone differ
+    parts = [draws_difference(a, sub, rounding=rounding, seed=seed + r, **kw) for r, sub in enumerate(subsets)]
     return {"mean": a.mean(0) - b.mean(axis=(0, 1)), "lo_sets": np.stack([p["lo"] for p in parts]), "hi_sets": np.stack([p["hi"] for p in parts])}
 
 
