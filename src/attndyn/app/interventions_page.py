@@ -212,8 +212,10 @@ def massive_text(record: dict) -> str:
         f"block {s['window_end']}{before}. Edited after block {s['block']}, in each prompt its staying entries: {where}. "
         f"Setting them to zero multiplies perplexity by {_ratio(zero)} (95 % bootstrap interval over prompts), the null "
         f"(the same places on a random dimension with no massive entry) by {_ratio(zero['null'])}, the same change in "
-        f"a random direction by {_ratio(zero['null_l2'])}; setting each to the mean of the massive entries of its (token "
-        f"role, dimension) over the prompts multiplies it by {_ratio(mean)}, its null by {_ratio(mean['null'])}. By "
+        f"a random direction by {_ratio(zero['null_l2'])} (the edit against its null, by the findings' rule over the "
+        f"draws: {zero['decision']}); setting each to the mean of the massive entries of its (token "
+        f"role, dimension) over the prompts multiplies it by {_ratio(mean)}, its null by {_ratio(mean['null'])} "
+        f"({mean['decision']}). By "
         f"the rule stated before running, \"zero matters\" (the ratio's interval above the null's and above 10x) "
         f'{holds[s["zero_matters"]]} and "mean is harmless" (its interval within 1 %) {holds[s["mean_harmless"]]}.\n'
     )

@@ -86,8 +86,9 @@ class Edit:
     def first_block(self) -> int:
         return self.blocks[0]
 
-    def check(self, decoder, lengths: list[int]) -> None:
-        """ValueError naming the value when the edit does not fit ``decoder`` and prompts of ``lengths``."""
+    def check(self, decoder, lengths: list[int], own: int | None = None) -> None:
+        """ValueError naming the value when the edit does not fit ``decoder`` and prompts of ``lengths``;
+        ``own``: the length of the one prompt the edit acts on (None: it acts on every prompt)."""
         L = len(decoder.layers)
         a, b = self.blocks
         if not 0 <= a <= b < L:
@@ -96,10 +97,14 @@ class Edit:
             raise ValueError(f"{self.spec}: dim {self.dim} is not in 0..{decoder.d_model - 1}")
         if self.head is not None and not 0 <= self.head < decoder.heads:
             raise ValueError(f"{self.spec}: head {self.head} is not in 0..{decoder.heads - 1}")
-        if self.token is not None and self.token >= min(lengths):
+        if self.token is not None and own is None and self.token >= min(lengths):
             raise ValueError(f"{self.spec}: token {self.token} is past the end of the shortest prompt ({min(lengths)} tokens)")
+        if self.token is not None and own is not None and self.token >= own:
+            raise ValueError(f"{self.spec}: token {self.token} is past the end of its prompt ({own} tokens)")
         if self.source is not None and not 0 <= self.source < len(lengths):
             raise ValueError(f"{self.spec}: from={self.source} is not a prompt of the set (0..{len(lengths) - 1})")
+        if self.source is not None and self.token is not None and self.token >= lengths[self.source]:
+            raise ValueError(f"{self.spec}: token {self.token} is past the end of prompt {self.source} ({lengths[self.source]} tokens)")
         if self.with_ in TWINS:
             from attndyn.models.architectures import twin_refusal
 
