@@ -81,6 +81,7 @@ def test_the_study_s_edits_equal_the_user_s_specs_on_a_tiny_model(tmp_path, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from attndyn.models import interventions as iv
     from attndyn.models.decoder_files import load_decoder
+    from attndyn.models.executor import run
     from tests.models.test_families import tiny
 
     _, folder = tiny("llama", tmp_path)
@@ -96,3 +97,44 @@ def test_the_study_s_edits_equal_the_user_s_specs_on_a_tiny_model(tmp_path, monk
         assert mine["nll"] != pytest.approx(user["nll"], rel=1e-9)  # the edit moved the loss
     assert study["seconds"] > 0
     assert study["cpu_seconds"] > 0
+    # a later token's entry past the end of the shortest prompt is edited in its own prompt (Gemma-3: token 82 of 93)
+    monkeypatch.setattr(im, "step_up", lambda hidden: (1, [[(0, 3), (9, 5)], [(0, 3)], [(0, 3)]]))
+    study = iv.run_study(dec, prompts, "massive", draws=1)
+    assert study["entries_per_prompt"][0] == [[0, 3], [9, 5]]
+    with pytest.raises(ValueError, match="past the end of its prompt"):
+        run(dec, prompts, [(2, (iv.parse("zero:block=1,token=9,dim=5"),))])
+
+
+def test_the_docs_massive_sentences_are_what_the_generator_writes_from_the_data():
+    """docs/guide/trained-models.md's marked sections equal massive_text of docs/data/interventions-*.json;
+    the sentence's verdicts are Sun et al.'s rule recomputed here from the intervals; one number changed in
+    the data changes the section."""
+    import json
+    import re
+    from pathlib import Path
+
+    from attndyn.app.interventions_page import docs_section, massive_text
+
+    root = Path(__file__).resolve().parents[2]
+    docs = (root / "docs" / "guide" / "trained-models.md").read_text(encoding="utf-8")
+    data = sorted((root / "docs" / "data").glob("interventions-*.json"))
+    marked = set(re.findall(r"<!-- interventions:([\w.-]+) \(generated", docs))
+    assert "smollm2" in marked
+    assert {p.stem.removeprefix("interventions-") for p in data} == marked
+    for path in data:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name = path.stem.removeprefix("interventions-")
+        assert docs_section(docs, name, record) == docs, f"the {name} massive study in the docs is not the generator's"
+        s = record["studies"]["massive"]
+        zero, mean = s["edits"]
+        zero_matters = zero["ppl_ratio_interval"][0] > max(10.0, zero["null"]["ppl_ratio_interval"][1])
+        mean_harmless = 0.99 <= mean["ppl_ratio_interval"][0] and mean["ppl_ratio_interval"][1] <= 1.01
+        text = massive_text(record)
+        assert f"\"zero matters\" (the ratio's interval above the null's and above 10x) {'holds' if zero_matters else 'does not hold'}" in text
+        assert f'"mean is harmless" (its interval within 1 %) {"holds" if mean_harmless else "does not hold"}' in text
+        assert f"the step-up block is {s['block']}," in text
+        assert record["dtype"] == "float64"
+        assert record["draws"] == 5
+    record = json.loads(data[0].read_text(encoding="utf-8"))
+    record["studies"]["massive"]["edits"][0]["ppl_ratio"] *= 1.01
+    assert docs_section(docs, data[0].stem.removeprefix("interventions-"), record) != docs
