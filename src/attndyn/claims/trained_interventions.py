@@ -40,9 +40,11 @@ CLAIM = ClaimInfo(
         "computed independently in NumPy, and at every block the uniform null forward(attention='uniform'); and every edit kind "
         "equals transformers with the same edit made by forward hooks (float64, relative 1e-10 in the logits) while moving the "
         "logits (so that an edit that does nothing fails). Reported with 95 % bootstrap intervals over the prompts: SmolLM2's "
-        "perplexity ratios when its massive activations (entries above 100x the median magnitude) at the block where they "
-        "first appear are set to zero or to their mean over the prompts, beside the null of each (the same operation on a "
-        "random non-massive dimension) and Sun et al.'s rule stated before running (zero matters: the ratio's interval above "
+        "perplexity ratios when its massive activations (entries above 100x the median magnitude) at the step-up block (the "
+        "first block after which, in most prompts, an entry is massive and stays massive, same token and dimension, after every "
+        "later block but the last quarter) are set to zero or to the mean of the massive entries of their (token role, "
+        "dimension) over the prompts, beside the null of each (the same operation at the same places on a random "
+        "non-massive dimension) and Sun et al.'s rule stated before running (zero matters: the ratio's interval above "
         "the null's and above 10x; mean is harmless: its interval within 1 %)."
     ),
     hypotheses=(
@@ -479,7 +481,7 @@ def _massive_checks(a: dict, config: Config) -> dict:
     where = f"after block {int(block)}"
     about = f"{n} prompts, {draws} null draw{'s' * (draws > 1)}, float32"
     return {
-        "SmolLM2: the block after which massive activations (> 100x the median magnitude) first appear": report(
+        "SmolLM2: the block after which massive activations (> 100x the median magnitude) appear and stay": report(
             block, f"{len(a['massive_entries'])} (token, dimension) entries: {a['massive_entries'].astype(int).tolist()}; {about}"
         ),
         f"SmolLM2: perplexity ratio, the massive entries {where} set to zero (Sun et al.)": report(
@@ -487,7 +489,7 @@ def _massive_checks(a: dict, config: Config) -> dict:
             f"95 % interval over prompts [{a['zero_ratio'][1]:.4g}, {a['zero_ratio'][2]:.4g}]; null (a random non-massive "
             f"dimension) {_ratio(a, 'zero_null_ratio')}; equal-L2 random direction {_ratio(a, 'zero_null_l2_ratio')}",
         ),
-        f"SmolLM2: perplexity ratio, the massive entries {where} set to their mean over the prompts": report(
+        f"SmolLM2: perplexity ratio, the massive entries {where} set to their (token role, dimension)'s mean over the prompts": report(
             a["mean_ratio"][0],
             f"95 % interval over prompts [{a['mean_ratio'][1]:.4g}, {a['mean_ratio'][2]:.4g}]; null {_ratio(a, 'mean_null_ratio')}; "
             f"equal-L2 random direction {_ratio(a, 'mean_null_l2_ratio')}",

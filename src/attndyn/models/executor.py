@@ -117,8 +117,8 @@ def run(
     for b, (i, edits) in enumerate(branches):
         if not 0 <= i < len(prompts):
             raise ValueError(f"branch {b}: prompt {i} is not in 0..{len(prompts) - 1}")
-        for e in edits:
-            e.check(decoder, [len(t) for t in ids])
+        for e in edits:  # a branch edits its own prompt only
+            e.check(decoder, [len(t) for t in ids], own=len(ids[i]))
     cast = lambda t: None if t is None else t.to(dtype=dtype)  # noqa: E731
     hd = decoder.head_dim
     rope = decoder.positions == "rope"

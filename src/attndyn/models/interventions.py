@@ -86,8 +86,9 @@ class Edit:
     def first_block(self) -> int:
         return self.blocks[0]
 
-    def check(self, decoder, lengths: list[int]) -> None:
-        """ValueError naming the value when the edit does not fit ``decoder`` and prompts of ``lengths``."""
+    def check(self, decoder, lengths: list[int], own: int | None = None) -> None:
+        """ValueError naming the value when the edit does not fit ``decoder`` and prompts of ``lengths``;
+        ``own``: the length of the one prompt the edit acts on (None: it acts on every prompt)."""
         L = len(decoder.layers)
         a, b = self.blocks
         if not 0 <= a <= b < L:
@@ -96,10 +97,14 @@ class Edit:
             raise ValueError(f"{self.spec}: dim {self.dim} is not in 0..{decoder.d_model - 1}")
         if self.head is not None and not 0 <= self.head < decoder.heads:
             raise ValueError(f"{self.spec}: head {self.head} is not in 0..{decoder.heads - 1}")
-        if self.token is not None and self.token >= min(lengths):
+        if self.token is not None and own is None and self.token >= min(lengths):
             raise ValueError(f"{self.spec}: token {self.token} is past the end of the shortest prompt ({min(lengths)} tokens)")
+        if self.token is not None and own is not None and self.token >= own:
+            raise ValueError(f"{self.spec}: token {self.token} is past the end of its prompt ({own} tokens)")
         if self.source is not None and not 0 <= self.source < len(lengths):
             raise ValueError(f"{self.spec}: from={self.source} is not a prompt of the set (0..{len(lengths) - 1})")
+        if self.source is not None and self.token is not None and self.token >= lengths[self.source]:
+            raise ValueError(f"{self.spec}: token {self.token} is past the end of prompt {self.source} ({lengths[self.source]} tokens)")
         if self.with_ in TWINS:
             from attndyn.models.architectures import twin_refusal
 
@@ -397,8 +402,6 @@ def intervene(
     with its ``_interval``, its ``null`` (the same, pooled over the draws' branches, with each draw's
     perplexity ratio), the second null ``null_l2`` for entry edits, and the ``decision`` of the edit
     against its null by the findings' rule (the paired interval of NLL_edit - NLL_null per draw)."""
-    from attndyn.models.executor import run
-
     if draws < 1:
         raise ValueError(f"draws {draws} is below 1")
     rng = np.random.default_rng(seed)
@@ -408,19 +411,11 @@ def intervene(
             raise ValueError(f"edit {s!r} is empty; accepted forms: {'; '.join(FORMS)}")
     n = len(prompts)
     all_prompts = list(prompts)
-    plan = []  # per spec: (edit branch ids, [null draw branch ids], [l2 draw branch ids])
-    branches: list[tuple[int, tuple]] = []
-
-    def add(edits: tuple) -> list[int]:
-        first = len(branches)
-        branches.extend((i, edits) for i in range(n))
-        return list(range(first, first + n))
-
+    plans = []
     lengths = [len(p) for p in prompts]
-    for edits in parsed:
+    for spec, edits in zip(specs, parsed, strict=True):
         for e in edits:
             e.check(decoder, lengths)
-        mine = add(edits)
         nulls, l2 = [], []
         for _ in range(draws):
             drawn = []
@@ -435,22 +430,50 @@ def intervene(
                 else:
                     drawn.append(null_edits(e, decoder, lengths, rng))
             if all(x is not None for x in drawn):
-                nulls.append(add(tuple(drawn)))
+                nulls.append([tuple(drawn)] * n)
             if all(e.kind in ("zero", "mean", "scale", "set", "clip") for e in edits):
-                l2.append(add(tuple(perturb_null(e, rng) for e in edits)))
-        plan.append((mine, nulls, l2))
-    plain, edited, counts = run(decoder, all_prompts, branches, dtype=dtype, progress=progress)
+                l2.append([tuple(perturb_null(e, rng) for e in edits)] * n)
+        plans.append({"edit": spec, "branches": [edits] * n, "null": nulls, "null_l2": l2})
+    return evaluate(decoder, all_prompts, n, plans, draws=draws, dtype=dtype, seed=seed, resamples=resamples, progress=progress)
+
+
+def evaluate(
+    decoder: Decoder,
+    prompts: list[list[int]],
+    n: int,
+    plans: list[dict],
+    *,
+    draws: int,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    resamples: int = 2000,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """The record of :func:`intervene` for edits given per prompt, in one layer-major run. ``prompts``: the
+    first ``n`` are the prompts measured (the rest are sources of patches' nulls); ``plans``: per entry
+    ``edit`` (its spec or label), ``branches`` (one edit tuple per prompt), ``null`` and ``null_l2`` (per
+    draw, one edit tuple per prompt; empty where the edit has no such null) and optionally ``labels`` (a
+    name per draw of ``null``)."""
+    from attndyn.models.executor import BranchResult, run
+
+    branches: list[tuple[int, tuple]] = []
+
+    def add(per_prompt: list[tuple]) -> list[int]:
+        first = len(branches)
+        branches.extend(enumerate(per_prompt))
+        return list(range(first, first + n))
+
+    plan = [(add(p["branches"]), [add(d) for d in p["null"]], [add(d) for d in p["null_l2"]]) for p in plans]
+    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype, progress=progress)
     plain = plain[:n]
     base, base_draws = _pooled(plain, resamples, seed)
     out = {"nll": base, "nll_interval": _interval(base_draws), "prompts": n, "draws": draws, "counts": counts, "edits": []}
-    for spec, (mine, nulls, l2) in zip(specs, plan, strict=True):
-        entry = {"edit": spec, **_clean(effects(plain, [edited[b] for b in mine], resamples=resamples, seed=seed))}
+    for p, (mine, nulls, l2) in zip(plans, plan, strict=True):
+        entry = {"edit": p["edit"], **_clean(effects(plain, [edited[b] for b in mine], resamples=resamples, seed=seed))}
         e_nll, e_draws = _pooled([edited[b] for b in mine], resamples, seed)
         for key, group in (("null", nulls), ("null_l2", l2)):
             if not group:
                 continue
-            from attndyn.models.executor import BranchResult
-
             pooled = [  # per prompt, the mean over the draws (the interval is over prompts, as the edit's)
                 BranchResult(
                     i,
@@ -468,7 +491,8 @@ def intervene(
                 hi.append(float(np.quantile(e_draws - n_draws, 0.975)))
             merged = _clean(effects(plain, pooled, resamples=resamples, seed=seed))
             merged["ppl_ratio_draws"] = [x["ppl_ratio"] for x in eff]
-            merged["edits"] = [", ".join(edited[ids[0]].edits[j].spec for j in range(len(edited[ids[0]].edits))) for ids in group]
+            labels = p.get("labels") if key == "null" else None
+            merged["edits"] = labels or [", ".join(e.spec for e in edited[ids[0]].edits) for ids in group]
             merged["difference_intervals"] = [[a, b] for a, b in zip(lo, hi, strict=True)]
             merged["decision"] = decide(lo, hi)
             entry[key] = merged
@@ -494,20 +518,6 @@ def plain_record(
     plain, _, counts = run(decoder, prompts, dtype=dtype, progress=progress)
     base, draws = _pooled(plain, resamples, 0)
     return {"nll": base, "nll_interval": _interval(draws), "counts": counts}
-
-
-def step_up(hidden: list[torch.Tensor]) -> tuple[int | None, list[tuple[int, int]]]:
-    """The first block after which some prompt holds a massive entry (> MASSIVE x the median |x| of its
-    state), and the (token, dim) pairs massive there in any prompt. ``hidden``: per prompt ``(L + 1, n, d)``."""
-    L = hidden[0].shape[0] - 1
-    for k in range(L):
-        pairs = set()
-        for h in hidden:
-            x = h[k + 1].abs()
-            pairs |= {(int(t), int(j)) for t, j in torch.nonzero(x > MASSIVE * x.median())}
-        if pairs:
-            return k, sorted(pairs)
-    return None, []
 
 
 def angular_distances(hidden: list[torch.Tensor]) -> np.ndarray:
@@ -625,32 +635,19 @@ def run_study(
     if study == "theory":
         stage = f"study theory: the plain prompts and {len(THEORY)} replacements of each twin layer's attention"
         return theory_study(decoder, prompts, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n))
-    t0 = __import__("time").perf_counter()
+    t0, c0 = __import__("time").perf_counter(), __import__("time").process_time()
     plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True, progress=lambda i, n: step(f"study {study}: the plain prompts", i, n))
     hidden = [r.hidden for r in plain]
     L = len(decoder.layers)
     out: dict = {"study": study}
     edited = f"study {study}: its edits beside {draws} draws of their nulls"
     if study == "massive":
-        k, pairs = step_up(hidden)
-        out["threshold"] = f"{MASSIVE:g} x the median magnitude"
-        out["block"] = k
-        out["entries"] = [list(p) for p in pairs]
-        if k is None:
-            out.update(edits=[], finding="no entry exceeds the threshold after any block")
+        from attndyn.models.interventions_massive import massive_study
+
+        out |= massive_study(decoder, prompts, hidden, draws=draws, dtype=dtype, seed=seed)
+        if not out["edits"]:
             return out
-        pairs = [p for p in pairs if p[0] < min(len(p_) for p_ in prompts)]
-        zero = ";".join(f"zero:block={k},token={t},dim={j}" for t, j in pairs)
-        mean = ";".join(f"mean:block={k},token={t},dim={j}" for t, j in pairs)
-        rec = intervene(decoder, prompts, [zero, mean], draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
-        z, m = rec["edits"]
-        out["edits"] = rec["edits"]
-        z_lo = z["ppl_ratio_interval"][0]
-        zero_matters = z_lo > 10 and z_lo > z["null"]["ppl_ratio_interval"][1]
-        mean_harmless = 0.99 <= m["ppl_ratio_interval"][0] and m["ppl_ratio_interval"][1] <= 1.01
-        out["rule"] = "zero matters: the ratio's interval above the null's and above 10x; mean is harmless: its interval within 1 %"
-        out["zero_matters"], out["mean_harmless"] = bool(zero_matters), bool(mean_harmless)
-        counts = rec["counts"]
+        counts = out.pop("counts")
     elif study == "depth":
         dist = angular_distances(hidden)
         spans, specs = [], []
@@ -675,4 +672,5 @@ def run_study(
         counts = rec["counts"]
     out["forwards"] = counts0["forwards"] + counts["forwards"]
     out["seconds"] = __import__("time").perf_counter() - t0
+    out["cpu_seconds"] = __import__("time").process_time() - c0  # this process's CPU time (all its threads)
     return out
