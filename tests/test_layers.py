@@ -42,17 +42,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of ``from ... import`` in ``package`` (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
     """Absolute names of the attndyn modules (or packages) a source imports, lazily or not."""
     package = module if is_package else module.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = from_target(node, package)
             names = [f"{target}.{a.name}" for a in node.names]
             out.update([target, *names])
         elif isinstance(node, ast.Import):
@@ -179,3 +183,83 @@ def test_solvers_know_nothing_about_attention():
 def test_report_does_not_import_the_claim_registry():
     imports = imported_modules((SRC / "app" / "report.py").read_text(), "attndyn.app.report")
     assert not any(i.startswith("attndyn.claims") for i in imports)
+
+
+# --- no import circles (issue 48 item 4) ------------------------------------------------------------------
+#
+# Every import statement counts, wherever it stands: at the top, inside a function (deferred) or under
+# ``if TYPE_CHECKING:`` (a circle of annotations is still two modules that each need the other to be read).
+
+
+def module_imports(source: str, module: str, modules: set[str], *, is_package: bool = False) -> set[str]:
+    """The modules of ``modules`` that ``source`` imports: ``from a.b import c`` is ``a.b.c`` when that is a module,
+    else ``a.b`` (a name defined there)."""
+    package = module if is_package else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            target = from_target(node, package)
+            out.update(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in modules and m != module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports (lazily or not)."""
+    paths = {module_name(p): p for p in package_modules()}
+    return {m: module_imports(p.read_text(), m, set(paths), is_package=p.name == "__init__.py") for m, p in paths.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every module of one
+    imports, directly or through the others, every other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_module_imports_itself_back():
+    graph = import_graph()
+    found = cycles(graph)
+    lines = [" <-> ".join(c) + ": " + "; ".join(f"{a} -> {b}" for a in c for b in sorted(graph[a]) if b in c) for c in found]
+    assert not found, "import circles:\n" + "\n".join(lines)
+
+
+def test_the_circle_finder_sees_deferred_and_annotation_only_imports():
+    modules = {"attndyn.core.a", "attndyn.core.b", "attndyn.core.c"}
+    deferred = "def f():\n    from attndyn.core import b"
+    annotation = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from attndyn.core.a import Model"
+    graph = {
+        "attndyn.core.a": module_imports(deferred, "attndyn.core.a", modules),
+        "attndyn.core.b": module_imports(annotation, "attndyn.core.b", modules),
+        "attndyn.core.c": module_imports("from . import a", "attndyn.core.c", modules),
+    }
+    assert graph == {"attndyn.core.a": {"attndyn.core.b"}, "attndyn.core.b": {"attndyn.core.a"}, "attndyn.core.c": {"attndyn.core.a"}}
+    assert cycles(graph) == [["attndyn.core.a", "attndyn.core.b"]]
+    assert cycles(graph | {"attndyn.core.b": set()}) == []

@@ -158,6 +158,49 @@ def test_checkpoint_page_loads_whole(pw, minilm_checkpoint_page):
     page.close()
 
 
+@pytest.fixture(scope="module")
+def decoder_page(tmp_path_factory) -> tuple[Path, dict]:
+    """The decoder page of the tests' tiny random Llama (3 blocks, prompts of 64 tokens: every finding has a value)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    import random
+
+    import torch
+
+    from attndyn.app.decoder_page import decoder_report
+    from tests.models.test_decoder_parallel import WORDS, _tiny_folder
+
+    root = tmp_path_factory.mktemp("decoder")
+    rng = random.Random(0)
+    prompts = [" ".join(rng.choice(WORDS) for _ in range(64)) for _ in range(4)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("ATTNDYN_THREADS", "1")  # the jobs in this process: forking the test process costs more than they take
+        record = decoder_report(str(_tiny_folder(root)), prompts=prompts, held_out=prompts[:1], out=root / "page", twin_layers=(0, 1),
+                                dtype=torch.float64)  # fmt: skip
+    return root / "page", record
+
+
+def test_the_decoder_page_s_first_screen_holds_the_findings_figures(pw, decoder_page):
+    """Issue 47, item 5: at 1400 x 900 the page opens with one figure per finding, whole and loaded, above the
+    compact table of findings and the sentences."""
+    out, record = decoder_page
+    page, errors, failed = open_page(pw, out / "index.html")
+    assert_page_is_whole(page, out, errors, failed)
+    findings = [f for f in record["figures"] if "/finding_" in f]
+    assert len(findings) == 7  # sinks, massive activations, norm ratio, cosine, leaders, attribution, regimes
+    images = page.locator("#finding-figures img")
+    assert [images.nth(k).get_attribute("src") for k in range(images.count())] == findings
+    boxes = [images.nth(k).bounding_box() for k in range(images.count())]
+    shown = [b for b in boxes if b["y"] >= 0 and b["y"] + b["height"] <= 900 and b["x"] + b["width"] <= 1400]
+    assert len(shown) >= 3, boxes  # the first screen: a row of figures at least, whole
+    assert boxes[0]["y"] < 300  # the first figure right below the title
+    table, sentences = (page.locator(s).bounding_box()["y"] for s in ("#findings-table", "#findings-sentences"))
+    assert max(b["y"] for b in boxes) < table < sentences
+    assert page.evaluate("Array.from(document.querySelectorAll('#finding-figures img')).every(i => i.complete && i.naturalWidth > 0)")
+    page.close()
+
+
 def test_chromium_is_the_system_one_or_the_one_named(monkeypatch, tmp_path):
     assert Path(browser.find_chromium()).is_file()
     assert browser.find_chromium() in {shutil.which(n) for n in browser.CANDIDATES}

@@ -65,7 +65,9 @@ def test_simulate_writes_a_complete_run(tmp_path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (TINY.replace("t1 = 1.0", "t1 = 1.0\ndtt = 3"), "solver.dtt: Extra inputs are not permitted"),
+        (TINY.replace("t1 = 1.0", "t1 = 1.0\ndtt = 3"), "solver.dtt: unknown key; did you mean 'dt'?"),
+        (TINY.replace("[model]", "[modle]"), "modle: unknown key; did you mean 'model'?"),
+        (TINY.replace("t1 = 1.0", "t1 = 1.0\nzzzz = 3"), "solver.zzzz: unknown key; the keys here are "),
         (TINY.replace('kind = "uniform"', 'kind = "cube"'), "init.kind"),
         (TINY.replace("dt = 0.05", "dt = 0.03"), "not a multiple of dt"),
         (TINY + '\n[weights]\nV = { kind = "diagonal" }\n', "needs the key 'diag'"),
@@ -385,3 +387,13 @@ def test_checkpoint_compare_puts_two_decoder_pages_side_by_side(tmp_path):
     assert "compare.html" in result.output
     assert {p: (p / "decoder.json").read_bytes() for p in pages} == before
     assert sorted(q.name for q in pages[0].iterdir()) == ["decoder.json"]
+
+
+def test_a_misspelt_meanfield_key_is_named_before_the_required_key_it_leaves_missing(tmp_path):
+    """`bata` for `beta` is an unknown key and leaves `beta` missing: the unknown key is what to fix."""
+    text = (Path(__file__).parents[2] / "configs" / "meanfield-clusters.toml").read_text()
+    cfg = tmp_path / "mf.toml"
+    cfg.write_text(text.replace("beta = 8.0", "bata = 8.0"))
+    result = runner.invoke(app, ["meanfield", str(cfg), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "bata: unknown key; did you mean 'beta'? (and 1 more)" in result.output

@@ -309,6 +309,19 @@ def _adopt_refused(c: Ctx, how: str):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(str(site / "s"))
         c.checks.append(sock.close)
+    elif how == "x11-unix":  # /tmp's .X11-unix, inside the folder adopted: a shared folder holding a live socket
+        import socket
+
+        (site / ".X11-unix").mkdir()
+        (site / ".X11-unix").chmod(0o1777)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(site / ".X11-unix" / "X0"))
+        c.checks.append(sock.close)
+    elif how == "device":
+        try:
+            os.mknod(site / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        except (PermissionError, AttributeError):
+            pytest.skip("making a device node needs root (CAP_MKNOD)")
     elif how == "other-user":
         if os.getuid() != 0:
             pytest.skip("giving a file to another user needs root")
@@ -412,6 +425,7 @@ CASES = [
     *(Case(f"fa-refused-{how}", "force-adopt", lambda c, how=how: _adopt_refused(c, how), says=says)
       for how, says in (("parent-of-home", "home folder"), ("current-folder-parent", "current folder"), ("current-folder", "current folder"),
                         ("sticky", "sticky"), ("world-writable", "world-writable"), ("fifo", "pipe (a FIFO)"), ("socket", "s (a socket)"),
+                        ("x11-unix", ".X11-unix/X0 (a socket)"), ("device", "null (a device)"),
                         ("other-user", "sub/theirs.txt (uid 4321)"), ("mount-point", "mount point"))),
     Case("fa-simulate-force-adopt", "force-adopt",
          lambda c: _force_adopt(c, lambda c: ["simulate", c.config(), "--out", str(c.root / "site"), "--force-adopt"]), code=0),

@@ -157,3 +157,47 @@ def test_one_process_claims_its_own_folder_again(tmp_path):
     ownership.claim(tmp_path / "o", "run", "test")  # the same run (a command that claims twice): no self-deadlock
     ownership.unlock()
     time.sleep(0)
+
+
+CHECKPOINT_STOPS = [(how, over) for how in ("sigterm", "full-disk") for over in ("new-folder", "finished-page")]
+
+
+@pytest.mark.parametrize(("how", "over"), CHECKPOINT_STOPS, ids=[f"{h}-{o}" for h, o in CHECKPOINT_STOPS])
+def test_a_checkpoint_stopped_after_its_first_figure_is_finished_by_the_same_command(how, over, tmp_path, monkeypatch, capsys):
+    """Issue 51 finding 4's checkpoint: stopped by SIGTERM (or a full disk) once its first figure has landed,
+    the same ``attndyn checkpoint`` adopts what it left and writes the page (it said the figure "was not
+    written by attndyn"); a researcher's file beside a finished page is kept."""
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    from attndyn.workflow import plots
+    from tests.models.test_hostile_files import Ctx
+
+    monkeypatch.setenv("ATTNDYN_CACHE", str(tmp_path / "cache"))
+    folder = Ctx("bert", tmp_path).build()
+    out = tmp_path / "o"
+    argv = ["checkpoint", str(folder), "--text", "the cat sat on a mat", "--out", str(out)]
+    notes = out / "notes.txt"
+    if over == "finished-page":
+        assert entry(argv) == 0
+        notes.write_text("the researcher's notes\n")
+    real, saved = plots.save, []
+
+    def save_then_stop(fig, path, **kw):
+        saved.append(real(fig, path, **kw))
+        if how == "full-disk":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "save", save_then_stop)
+    assert entry(argv) == (2 if how == "full-disk" else 130)
+    assert len(saved) == 1  # the first figure landed, then the run stopped
+    assert saved[0].is_file()
+    monkeypatch.setattr(plots, "save", real)
+    ownership._WRITTEN.clear()  # the rerun is another process: only the marker speaks
+    capsys.readouterr()
+    assert entry(argv) == 0, capsys.readouterr().err
+    assert (out / "index.html").is_file()
+    assert over == "new-folder" or notes.read_text() == "the researcher's notes\n"
+    marker = ownership.read_marker(out)
+    assert marker["writing"] == {}
+    assert saved[0].relative_to(out).as_posix() in marker["files"]

@@ -635,3 +635,62 @@ def test_a_measure_module_beside_the_sweep_file_is_importable(tmp_path, monkeypa
     summary = sweep.run(path, tmp_path / "out", workers=0, allow_import=True)
     assert summary.done == summary.total == 1
     assert np.isfinite(sweep.load(tmp_path / "out")["my_measures_beside:spread"].values).all()
+
+
+def test_a_log_written_off_a_terminal_holds_plain_lines_and_no_drawn_bar(tmp_path):
+    """Issue 52 finding 9: off a terminal a sweep (and reproduce) prints its counts as plain lines; a Rich bar
+    stopped off a terminal used to leave its last frame (a line of box characters) at the end of the log."""
+    path = write_sweep(tmp_path, GRID, 'measures = ["pair_fraction"]')
+    result = CliRunner().invoke(app, ["sweep", path, "--out", str(tmp_path / "out"), "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: 3 of 3 tasks done" in result.output
+    assert not set("━╸╺") & set(result.output), result.output
+    result = CliRunner().invoke(app, ["reproduce", "hardmax", "--quick", "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    assert "reproduce: hardmax (1 of 1)" in result.output
+    assert not set("━╸╺") & set(result.output), result.output
+
+
+def test_a_plot_draws_the_grid_it_measured(tmp_path):
+    """Issue 52 item 6: beta = [0.5, 1, 4] (uneven) is drawn as one equal cell per value, ticked at the measured
+    values only (a linear axis of cells suggested values at 2, 3 and 5); a geometric grid gets a log axis; the
+    title names the reduction over the seeds; a dot marks each measured point."""
+    from attndyn.app.sweep_results import grid_scale, heatmap
+
+    assert grid_scale([0.5, 1.0, 4.0]) == "uneven"
+    assert grid_scale([1.0, 2.0, 4.0, 8.0]) == "log"
+    assert grid_scale([0.0, 0.5, 1.0]) == "linear"
+    assert grid_scale(["a", "b"]) == "category"
+    path = write_sweep(tmp_path, '"model.beta" = [0.5, 1.0, 4.0]\nseed = [0, 1]')
+    sweep.run(path, tmp_path / "out", workers=0)
+    ax = heatmap(tmp_path / "out", "pair_fraction", "model.beta", "seed").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.5", "1", "4"]
+    np.testing.assert_array_equal(ax.get_xticks(), [0.0, 1.0, 2.0])  # equal cells, not positions 0.5, 1, 4
+    assert "uneven grid" in ax.get_xlabel()
+    saves = sweep.load(tmp_path / "out").sizes["t"]
+    assert ax.get_title() == f"mean of pair_fraction over t ({saves} values)"
+    dots = [line for line in ax.get_lines() if line.get_label() == "_grid"]
+    assert len(dots) == 1
+    assert len(dots[0].get_xdata()) == 3 * 2
+    ax = heatmap(tmp_path / "out", "pair_fraction", "model.beta", "t").axes[0]
+    assert ax.get_title() == "mean of pair_fraction over seed (2 values)"
+    assert ax.get_xscale() == "linear"
+    (tmp_path / "geo").mkdir()
+    path = write_sweep(tmp_path / "geo", '"model.beta" = [1.0, 2.0, 4.0]\nseed = [0]')
+    sweep.run(path, tmp_path / "geo-out", workers=0)
+    ax = heatmap(tmp_path / "geo-out", "pair_fraction", "model.beta", "t").axes[0]
+    assert ax.get_xscale() == "log"
+    np.testing.assert_allclose(ax.get_xticks(), [1.0, 2.0, 4.0])
+
+
+@pytest.mark.slow
+def test_a_local_cluster_is_announced_in_one_line(tmp_path):
+    """Issue 52 item 6: 3 tasks with no --workers start a local Dask cluster; the run says so once, with the
+    number of worker processes and tasks, and `--workers 0` says nothing (no cluster)."""
+    path = write_sweep(tmp_path, GRID, 'measures = ["pair_fraction"]')
+    lines: list[str] = []
+    assert sweep.run(path, tmp_path / "dask", workers=2, notice=lines.append).done == 3
+    assert lines == ["starting a local Dask cluster of 2 worker processes for 3 tasks (--workers)"]
+    lines.clear()
+    assert sweep.run(path, tmp_path / "here", workers=0, notice=lines.append).done == 3
+    assert lines == []

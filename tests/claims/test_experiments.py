@@ -62,7 +62,7 @@ def test_reproduce_two_claims_writes_a_consistent_report(tmp_path):
     assert data["seed"] == 3
     assert [c["id"] for c in data["claims"]] == ["model-equivalence", "hardmax"]
     for claim in data["claims"]:
-        assert set(claim) == {"id", "paper_ref", "verdict", "checks", "params", "seconds"}
+        assert set(claim) == {"id", "paper_ref", "verdict", "checks", "params", "seconds", "provenance"}
         assert claim["verdict"] in ("pass", "fail", "report")
         for check in claim["checks"]:
             assert set(check) == {"name", "value", "threshold", "passed", "n_judged", "margin", "worst_case", "detects"}
@@ -176,3 +176,37 @@ def test_mode_amplitudes_against_the_direct_sum():
     # a two-cluster configuration: |mean e^{i k theta}| is 1 for even k and 0 for odd k
     two = np.concatenate([np.zeros(10), np.full(10, np.pi)])
     np.testing.assert_allclose(circle.amplitudes(two, np.arange(1, 5)), [0, 1, 0, 1], atol=1e-14)
+
+
+def test_a_report_records_where_its_results_came_from(tmp_path, monkeypatch):
+    """Issue 52 item 5: each claim's record carries the command as typed, the commit of the source tree (read
+    here by git itself), a UTC date, the machine; the page shows them with BibTeX for the paper and attndyn."""
+    import datetime
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from attndyn.workflow import provenance
+
+    out = tmp_path / "rep"
+    argv = ["/somewhere/.venv/bin/attndyn", "reproduce", "hardmax", "--quick", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    assert runner.invoke(app, argv[1:]).exit_code == 0
+    record = json.loads((out / "results.json").read_text())["claims"][0]["provenance"]
+    assert record["command"] == f"attndyn reproduce hardmax --quick --out {out}"
+    assert before <= datetime.datetime.strptime(record["date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    assert record["machine"]["cores"] == os.cpu_count()
+    assert record["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    src = Path(provenance.__file__).parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, check=False)
+    if head.returncode == 0:  # a checkout (CI's clone): the commit, marked where tracked files differ
+        assert record["commit"].split("+")[0] == head.stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "."], cwd=src, check=False).returncode != 0
+        assert record["commit"].endswith("+modified") == dirty
+    page = (out / "index.html").read_text()
+    assert f"attndyn reproduce hardmax --quick --out {out}" in page
+    assert "@inproceedings{geshkovski2023emergence" in page
+    assert "@software{attndyn" in page
+    assert str(record["commit"]) in page

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from attndyn.claims import load
-from attndyn.models import interventions as iv
 
 CID = "trained-interventions"
 pytest.importorskip("transformers")
@@ -23,8 +22,10 @@ def test_the_hook_oracle_catches_a_head_off_by_one_in_the_executor(monkeypatch):
     """A bug in the executor itself (the skipped head's neighbour removed) fails the oracle at the head edits, and
     nothing else: the oracle is independent of the code it judges."""
     module = load(CID)
-    heads = iv.heads_skipped
-    monkeypatch.setattr(iv, "heads_skipped", lambda edits, k: {(h + 1) % 4 for h in heads(edits, k)})
+    from attndyn.models import edits  # the module the executor reads the edit language from
+
+    heads = edits.heads_skipped
+    monkeypatch.setattr(edits, "heads_skipped", lambda edits, k: {(h + 1) % 4 for h in heads(edits, k)})
     result = module.run(module.Config(seed=0, massive_prompts=0))
     oracle = _oracle(result.checks)
     assert oracle.passed is False

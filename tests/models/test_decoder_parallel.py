@@ -87,8 +87,8 @@ def test_the_page_is_the_same_on_one_worker_and_on_two(tmp_path, monkeypatch):
 
 
 def test_parallel_layer_values_and_twins_are_the_sequential_ones(tmp_path, monkeypatch):
-    from attndyn.app.decoder_page import layer_values
     from attndyn.models.decoder_files import read_hf_llama
+    from attndyn.models.decoder_study import layer_values
 
     monkeypatch.setenv("ATTNDYN_THREADS", "2")
     dec = read_hf_llama(_tiny_folder(tmp_path))

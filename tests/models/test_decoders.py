@@ -504,7 +504,7 @@ def test_checkpoint_smollm2_writes_the_decoder_page(tmp_path, one_worker):
     assert all(r["sink_rate"] == "nan" for r in record["per_layer"][1:])
     assert record["study"]["sink_1"]["value"] == "nan"
     assert record["study"]["sink_1"]["shorter_than_T"] == 2
-    for name in ("layers.csv", "heads.csv", "index.html", "figures/cosine.png", "figures/sinks.png"):
+    for name in ("layers.csv", "heads.csv", "index.html", "figures/finding_mean_cosine.png", "figures/finding_massive_activation_ratio.png"):
         assert (out / name).is_file(), name
     assert "SmolLM2" in (out / "index.html").read_text() or "Smollm2" in (out / "index.html").read_text()
 

@@ -174,6 +174,7 @@ def test_intervene_writes_the_edits_with_intervals_and_nulls(tmp_path):
     args = ["intervene", str(folder), "--prompts", str(prompts), "--out", str(out), "--study", "depth"]
     assert entry([*args, *(x for s in specs for x in ("--edit", s))]) == 0
     record = json.loads((out / "interventions.json").read_text())
+    assert record["model"] == folder.name  # the folder (or file) read, as the findings pages name it
     assert [e["edit"] for e in record["edits"]] == specs
     for e in record["edits"]:
         for key in ("nll", "kl"):

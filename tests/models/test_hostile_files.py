@@ -368,6 +368,37 @@ def _dev_zero_prompts(c):
     c.argv_extra = ["--prompts", "/dev/zero"]
 
 
+def _zero_row(row: int = 0):
+    def change(a):
+        b = a.copy()
+        b[row] = 0
+        return b
+
+    return change
+
+
+def _pad_for_unknown(text: str, flag: str = "--prompts"):
+    """Issue 51 item 7: a word-level tokenizer whose unknown token is the padding id 0 (whose embedding row
+    the case zeroes), and a prompt (or BERT's text; None: the shipped prompts) of words it does not know."""
+
+    def damage(c):
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+        from tokenizers.pre_tokenizers import Whitespace
+
+        if c.kind != "bert":
+            tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[PAD]", *WORDS])}, unk_token="[PAD]"))
+            tok.pre_tokenizer = Whitespace()
+            tok.save(str(c.path / "tokenizer.json"))
+        if text is not None and flag == "--prompts":
+            (c.root / "prompts.txt").write_text(text)
+            c.argv_extra = ["--prompts", str(c.root / "prompts.txt")]
+        elif text is not None:
+            c.argv_extra = [flag, text]
+
+    return damage
+
+
 def _wrong(shape):
     return lambda a: np.zeros(shape, np.float32)
 
@@ -461,6 +492,41 @@ CASES = [
     ("prompts-dev-zero", "allocation", "llama", after(_dev_zero_prompts), "/dev/zero"),
     # GPT-2
     ("gpt2-prompt-past-positions", "prompts", "gpt2", after(_long_prompts(40)), "context of 16"),
+    # tokens whose input vector is zero: no direction, so no cosine (was exit 1, "SVD did not converge")
+    (
+        "llama-prompt-all-unknown-zero-pad-row",
+        "prompts",
+        "llama",
+        both(tensor("model.embed_tokens.weight", _zero_row(0)), after(_pad_for_unknown("zzz qqq xxx yyy"))),
+        "prompt 1 ('zzz qqq xxx yyy'...): 4 of its 4 tokens have a zero input vector in tiny-llama, the first token 0 '[PAD]' (id 0: its "
+        "embedding row is all zeros)",
+    ),
+    (
+        "llama-prompt-one-unknown-zero-pad-row",
+        "prompts",
+        "llama",
+        both(tensor("model.embed_tokens.weight", _zero_row(0)), after(_pad_for_unknown("the cat zzz sat on a mat\n\nthe cat sat"))),
+        "prompt 1 ('the cat zzz sat on a mat'...): 1 of its 7 tokens have a zero input vector in tiny-llama, the first token 2 '[PAD]'",
+    ),
+    (
+        "llama-shipped-prompts-zero-pad-row",
+        "prompts",
+        "llama",
+        both(tensor("model.embed_tokens.weight", _zero_row(0)), after(_pad_for_unknown(None))),
+        "zero input vector in tiny-llama, the first token 0 '[PAD]' (id 0: its embedding row is all zeros), so their cosines and the "
+        "effective rank are undefined; give prompts its tokenizer knows with --prompts",
+    ),
+    (
+        "bert-text-zero-input-vectors",
+        "prompts",
+        "bert",
+        both(
+            tensor("embeddings.LayerNorm.weight", lambda a: np.zeros_like(a)),
+            tensor("embeddings.LayerNorm.bias", lambda a: np.zeros_like(a)),
+            after(_pad_for_unknown("zzz qqq xxx yyy", "--text")),
+        ),
+        "the text ('zzz qqq xxx yyy'...): 4 of its 4 tokens have a zero input vector in tiny-bert, the first token 0 '[UNK]'",
+    ),
     ("gpt2-heads-string", "hf config", "gpt2", config(n_head="4"), "n_head"),
     ("gpt2-eps-negative", "hf config", "gpt2", config(layer_norm_epsilon=-1.0), "layer_norm_epsilon"),
     ("gpt2-wpe-wrong-width", "hf tensors", "gpt2", tensor("wpe.weight", _wrong((16, D + 1))), "wpe.weight"),
@@ -515,6 +581,35 @@ def test_the_table_covers_every_category():
     assert {"gguf metadata", "gguf tensors", "gguf header", "tokenizer", "hf config", "hf tensors", "safetensors header"} <= cats
     assert {"folder links", "allocation", "prompts", "bert config"} <= cats
     assert len(CASES) >= 70
+
+
+def test_a_zero_embedding_row_under_learned_positions_is_not_refused(tmp_path, capsys):
+    """The null of the zero-input rows: GPT-2 adds its learned positions to the zero row of the padding
+    token, so the input vectors have directions and the page is written (cosines finite)."""
+    c = Ctx("gpt2", tmp_path)
+    both(tensor("wte.weight", _zero_row(0)), after(_pad_for_unknown("zzz qqq xxx yyy")))(c)
+    path = c.build()
+    out = tmp_path / "out"
+    assert entry(["checkpoint", str(path), "--out", str(out), *c.argv_extra]) == 0, capsys.readouterr().err
+    rows = json.loads((out / "decoder.json").read_text())["per_layer"]
+    assert all(math.isfinite(r["mean_cosine"]) for r in rows)
+
+
+def test_a_refused_prompt_leaves_the_previous_page_as_it_was(tmp_path, capsys):
+    """The prompts are checked before the output folder is claimed and cleared: a page written with prompts
+    the tokenizer knows stays, byte for byte, when the next run is refused for a zero input vector."""
+    c = Ctx("llama", tmp_path)
+    both(tensor("model.embed_tokens.weight", _zero_row(0)), after(_pad_for_unknown("the cat sat on a mat\n\nbirds in an old garden")))(c)
+    path = c.build()
+    out, quick = tmp_path / "out", ["--twin-layers", "0", "--regime-layers", "0"]
+    assert entry(["checkpoint", str(path), "--out", str(out), *quick, *c.argv_extra]) == 0, capsys.readouterr().err
+    before = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    (tmp_path / "unknown.txt").write_text("zzz qqq xxx yyy")
+    capsys.readouterr()
+    assert entry(["checkpoint", str(path), "--out", str(out), *quick, "--prompts", str(tmp_path / "unknown.txt")]) == 2
+    assert "zero input vector" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before
+    assert not (out / ".previous").exists()
 
 
 def test_a_prompt_too_large_for_the_memory_is_refused_before_the_forward_pass(tmp_path, monkeypatch):

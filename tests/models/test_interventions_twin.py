@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from attndyn.models import interventions as iv
 from attndyn.models.decoder_files import load_decoder
 from attndyn.models.executor import run
 from attndyn.models.interventions import parse, run_study
@@ -234,3 +235,19 @@ def test_the_theory_figure_and_table_show_a_resolved_and_an_unresolved_share(tmp
     table = _theory_table(study)
     assert "0.6 [0.4, 0.8]" in table
     assert "undetermined: the gap&#x27;s interval" in table
+
+
+@pytest.mark.parametrize(
+    ("specs", "expected"),
+    [
+        ("attention:block=3,with=twin;skip:block=3,head=1", "the particle twin replaces block 3's whole attention sublayer"),
+        ("skip:block=2,head=0;attention:block=2,with=twin-step", "the particle twin replaces block 2's whole attention sublayer"),
+        ("attention:block=3,with=twin;attention:block=3,with=uniform", "both replace block 3's attention"),
+    ],
+)
+def test_edits_the_executor_cannot_apply_together_are_refused(specs, expected):
+    """The twin replaced block k's attention from the layer's folded Q, K, V and a head skipped there was
+    dropped without a word; a second attention replacement at one block was ignored the same way."""
+    with pytest.raises(ValueError, match=expected):
+        iv.parse_all(specs)
+    assert len(iv.parse_all("attention:block=3,with=twin;skip:block=4,head=1")) == 2  # other blocks: both apply

@@ -38,8 +38,8 @@ def _offline(monkeypatch):
 
 def _expected(folder, held: int) -> list[tuple[str, list[int]]]:
     """Each stage's start of message and its jobs' costs (in the order one worker runs them), in the page's order."""
-    from attndyn.app.decoder_page import TWIN_PROMPTS
     from attndyn.models.decoder_files import load_decoder
+    from attndyn.models.decoder_study import TWIN_PROMPTS
 
     scales = len(nulls.initializer_scales(load_decoder(str(folder))))
     P, H = len(PROMPTS), held

@@ -32,8 +32,8 @@ from attndyn.core.dynamics import Model, attention_matrix
 from attndyn.core.simulation import residual_layers, simulate
 from attndyn.core.solvers import AdaptiveStep, Dopri5
 from attndyn.core.weights import to_numpy
-from attndyn.models.bert import embed, encoder_layers, load_checkpoint, per_head_table, resolve
-from attndyn.models.token_geometry import effective_rank, mean_cosine, most_attended
+from attndyn.models.bert import CheckpointError, embed, encoder_layers, load_checkpoint, per_head_table, resolve
+from attndyn.models.token_geometry import effective_rank, mean_cosine, most_attended, zero_norm_rows
 from attndyn.workflow import ownership
 from attndyn.workflow.files import atomic_write_text, write_json
 
@@ -61,6 +61,13 @@ def checkpoint_report(
     ckpt = load_checkpoint(resolve(path_or_name), allow_pickle=allow_pickle)
     ckpt.weights(layer, head)  # validates layer and head before any work
     x0, tokens = (None, []) if spectra_only else embed(ckpt, text, dtype=dtype)
+    zero = [] if spectra_only else zero_norm_rows(to_numpy(x0))
+    if zero:  # no direction: the cosines and effective ranks of the page would be NaN (an SVD that does not converge)
+        start = " ".join(text.split())[:40]
+        raise CheckpointError(
+            f"the text ({start!r}...): {len(zero)} of its {len(tokens)} tokens have a zero input vector in {ckpt.path.name}, the first "
+            f"token {zero[0]} {tokens[zero[0]]!r}, so their cosines and the effective rank are undefined; remove them from the text"
+        )
     owner = ownership.claim(out, "checkpoint", "attndyn checkpoint")
     ownership.clear(owner)  # the previous page, its JSON and figures; nothing attndyn did not write
     out = owner.folder

@@ -119,6 +119,7 @@ def _check_verdict(passed) -> str:
 
 
 CSS = """
+.provenance pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}.provenance code{overflow-wrap:anywhere}
 :root{--pass:#1b7f3b;--fail:#b00020;--report:#2856a3;--skip:#666}
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1400px;margin:0 auto;padding:0.6em 1.2em;color:#222;line-height:1.45}
 h1{font-size:1.35em;margin:0.2em 0}header p{margin:0.2em 0;color:#444;font-size:0.92em}
@@ -273,13 +274,44 @@ def render(records: list[dict], *, quick: bool, seed: int | None, unfinished: di
         "and its successors). Each card is one claim, checked numerically: <i>pass</i>/<i>fail</i> for theorems, <i>report</i> "
         "(values, no judgement) for conjectures and exploratory runs. Click a card for its section.</p>"
         f"<p>attndyn {html.escape(__version__)}, {size} run, base seed {seed}: <b>{counts['pass']}</b> pass, "
-        f"<b>{counts['fail']}</b> fail, <b>{counts['report']}</b> report, <b>{counts['skipped']}</b> skipped.</p></header>"
+        f"<b>{counts['fail']}</b> fail, <b>{counts['report']}</b> report, <b>{counts['skipped']}</b> skipped.</p>"
+        f"{_provenance(records)}</header>"
         f"<nav class='filters' aria-label='filter claims'>verdict: {verdict_buttons} &nbsp; kind: {kind_buttons}"
         f" &nbsp; <span><span id='shown'>{len(records)}</span> shown</span></nav>"
         f"{_unfinished(unfinished or {})}"
         f"<main><div class='grid'>{''.join(_card(r) for r in records)}</div>"
         f"<h2>Claims in detail</h2>{''.join(_section(r) for r in records)}</main>"
         f"<script>{SCRIPT}</script></body></html>"
+    )
+
+
+def _provenance(records: list[dict]) -> str:
+    """Where the page's results came from (commit, dates, commands, machine) and a "cite this" block."""
+    from attndyn.workflow.provenance import CITATION, software_citation
+
+    made = [r["provenance"] for r in records if isinstance(r.get("provenance"), dict)]
+    if not made:
+        return "<p class='provenance'>These runs were written before attndyn recorded their commit, date, command and machine.</p>"
+    esc = html.escape
+
+    def distinct(key: str) -> list[str]:
+        return sorted({str(p.get(key)) for p in made})
+
+    dates = distinct("date")
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    commits = ", ".join(esc(c) for c in distinct("commit"))
+    commands = "".join(f"<li><code>{esc(c)}</code></li>" for c in distinct("command"))
+    m = made[0].get("machine") or {}
+    machine = esc(
+        f"{m.get('os')}, {m.get('processor')}, {m.get('cores')} cores, Python {m.get('python')}, NumPy {m.get('numpy')}, torch {m.get('torch')}"
+    )
+    older = len(records) - len(made)
+    note = f" ({older} of {len(records)} claims were written before this was recorded)" if older else ""
+    cite = esc(CITATION + "\n\n" + software_citation(made[0]))
+    return (
+        f"<details class='provenance'><summary>Made by attndyn {esc(str(made[0].get('version')))}, commit {commits}, "
+        f"on {esc(when)}{esc(note)}; cite this</summary><p>Machine: {machine}.</p><p>Commands:</p><ul>{commands}</ul>"
+        f"<p>Cite the paper and the software:</p><pre>{cite}</pre></details>"
     )
 
 
@@ -307,6 +339,7 @@ def results_json(records: list[dict], *, quick: bool, seed: int) -> dict:
                 "checks": [{k: clean(c.get(k)) for k in CHECK_KEYS} for c in r["checks"]],
                 "params": r["params"],
                 "seconds": r["seconds"],
+                "provenance": r.get("provenance"),  # None for a folder written before it was recorded
             }
             for r in records
         ],

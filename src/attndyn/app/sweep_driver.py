@@ -60,6 +60,7 @@ def run(
     progress: Callable[[int, int], None] | None = None,
     allow_import: bool = False,
     repair: bool = False,
+    notice: Callable[[str], None] | None = None,
 ) -> Summary:
     """Run (or resume) the sweep of ``spec_path`` into ``out``; see the module docstring.
 
@@ -74,6 +75,9 @@ def run(
     and the working folder are importable (prepended to ``sys.path`` and, for the workers of a local
     cluster, to ``PYTHONPATH``): a ``my_measures.py`` beside the sweep file serves as
     ``my_measures:function``. Workers of an external scheduler need the module on their own path.
+
+    ``notice``: called with one line when the run starts a local Dask cluster (how many worker
+    processes, for how many tasks) or connects to a scheduler.
     """
     if scheduler is not None:
         check_scheduler(scheduler)
@@ -109,7 +113,7 @@ def run(
             return [sweep.points[p].config for p in sweep.tasks[task_id]]
 
         local = scheduler is None and (workers == 0 or (workers is None and len(todo) <= 2))
-        executions = _in_process(sweep, todo, payload) if local else _on_dask(sweep, todo, payload, workers, scheduler)
+        executions = _in_process(sweep, todo, payload) if local else _on_dask(sweep, todo, payload, workers, scheduler, notice)
         for task_id, outcome, started in executions:
             ledger.running(task_id)
             try:
@@ -178,17 +182,22 @@ def check_scheduler(address: str) -> None:
         raise SweepError(f"--scheduler {address!r} is not a scheduler address like tcp://host:8786 ({' '.join(str(err).split())})") from None
 
 
-def _on_dask(sweep, todo, payload, workers, scheduler):
+def _on_dask(sweep, todo, payload, workers, scheduler, notice=None):
     """The same triples for tasks submitted to Dask at once, in the order they finish."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
     if scheduler is not None:
+        if notice:
+            notice(f"{len(todo)} tasks on the Dask scheduler at {scheduler}")
         client = Client(scheduler, timeout="30s")
     else:
         n = workers or max(1, min(os.cpu_count() or 1, len(todo)))
         # one thread per worker (OMP too): two 2-thread torch jobs on two cores oversubscribe them and run much slower
         one_thread = {"OMP_NUM_THREADS": "1", "ATTNDYN_THREADS": "1"}
+        if notice:
+            why = "--workers" if workers else "more than 2 tasks; --workers 0 runs them in this process"
+            notice(f"starting a local Dask cluster of {n} worker process{'es' if n != 1 else ''} for {len(todo)} tasks ({why})")
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=one_thread)
         client = Client(cluster)
     try:

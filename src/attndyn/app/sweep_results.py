@@ -124,6 +124,27 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
     return target
 
 
+def grid_scale(values) -> str:
+    """How a sweep axis's measured values are drawn: ``"linear"`` (evenly spaced, or fewer than 3),
+    ``"log"`` (positive and geometric: evenly spaced on a log axis), ``"uneven"`` (neither: each value
+    gets one equal cell, labelled with the value, so no cell suggests values between the grid's) or
+    ``"category"`` (not numbers)."""
+    v = np.asarray(values)
+    if not np.issubdtype(v.dtype, np.number):
+        return "category"
+    v = v.astype(float)
+    if len(v) < 3:
+        return "linear"
+    steps = np.diff(v)
+    if np.allclose(steps, steps[0], rtol=1e-6, atol=0):
+        return "linear"
+    if (v > 0).all():
+        ratios = np.diff(np.log(v))
+        if np.allclose(ratios, ratios[0], rtol=1e-6, atol=0):
+            return "log"
+    return "uneven"
+
+
 def heatmap(
     folder: str | Path,
     measure: str,
@@ -138,7 +159,10 @@ def heatmap(
     logy: bool = False,
 ) -> Figure:
     """A Figure of ``measure`` over the axes ``x`` and ``y`` (grid keys or ``t``), averaged over the
-    others; the title, axis and colour-bar labels (default: the names) and log axes may be set."""
+    others (named in the default title, with how many values each has); the title, axis and colour-bar
+    labels (default: the names) and log axes may be set. An axis is drawn as its grid is
+    (:func:`grid_scale`): a geometric grid on a log axis, an uneven one as one equal cell per value, with
+    ticks at the measured values only where there are at most 12."""
     from attndyn.workflow import plots
 
     ds = load(folder)
@@ -151,22 +175,29 @@ def heatmap(
     x, y = (axis if axis in da.dims else dim_name(axis) for axis in (x, y))  # the grid key or the dimension name
     if x == y:
         raise SweepError("--x and --y must differ")
-    mean = da.mean([d for d in da.dims if d not in (x, y)], skipna=True).transpose(y, x)
+    for flag, axis, name in ((logx, "x", x), (logy, "y", y)):
+        values = np.asarray(ds[name].values)
+        if flag and not (np.issubdtype(values.dtype, np.number) and (values > 0).all()):
+            raise SweepError(f"a log {axis} axis needs positive numbers; the values of {name!r} are not")
+    others = [d for d in da.dims if d not in (x, y)]
+    mean = da.mean(others, skipna=True).transpose(y, x)
+    names = {d: ds[d].attrs.get("key", d) for d in da.dims}
+    reduced = ", ".join(f"{names[d]} ({da.sizes[d]} values)" for d in others)
+    scales = {}
+    for flag, name in ((logx, x), (logy, y)):
+        scale = grid_scale(ds[name].values)
+        scales[name] = "log" if flag else scale
     fig = plots.grid_heatmap(
         np.asarray(ds[x].values),
         np.asarray(ds[y].values),
         mean.values,
-        xlabel=xlabel or ds[x].attrs.get("key", x),
-        ylabel=ylabel or ds[y].attrs.get("key", y),
+        xlabel=xlabel or names[x],
+        ylabel=ylabel or names[y],
         label=label or measure,
-        title=title,
+        title=title or (f"mean of {label or measure} over {reduced}" if others else f"{label or measure}"),
+        xscale=scales[x],
+        yscale=scales[y],
     )
-    ax = fig.axes[0]
-    for flag, axis, values in ((logx, "x", ds[x].values), (logy, "y", ds[y].values)):
-        if flag:
-            if not (np.issubdtype(np.asarray(values).dtype, np.number) and (np.asarray(values) > 0).all()):
-                raise SweepError(f"a log {axis} axis needs positive numbers; the values of {x if axis == 'x' else y!r} are not")
-            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     return fig
 
 

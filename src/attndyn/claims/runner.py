@@ -20,6 +20,7 @@ from attndyn.claims.common import ExperimentConfig, Result
 from attndyn.core.errors import UserError
 from attndyn.workflow import ownership
 from attndyn.workflow.files import write_json, write_npz
+from attndyn.workflow.provenance import provenance
 
 
 def config_for(module: ModuleType, *, seed: int, quick: bool, device: str = "cpu", dtype: str = "float64") -> ExperimentConfig:
@@ -167,6 +168,7 @@ def compute_claim(
             "quick": quick,
             "seed": seed,
             "version": __version__,
+            "provenance": provenance(),
             "figures": [],
             "movies": [],
         }
@@ -179,7 +181,7 @@ def compute_claim(
     seconds = time.perf_counter() - start
     write_npz(folder / "arrays.npz", **result.arrays)
     owner.add("arrays.npz")
-    return Computed(claim_id, module.__name__, owner, result, seconds, quick, seed, svg)
+    return Computed(claim_id, module.__name__, owner, result, seconds, quick, seed, svg, provenance())
 
 
 @dataclass
@@ -196,6 +198,7 @@ class Computed:
     quick: bool
     seed: int
     svg: bool
+    provenance: dict  # of the process that computed it (a figure worker's own command line would mislead)
 
 
 def finish_claim(done: Computed) -> dict:
@@ -218,6 +221,7 @@ def finish_claim(done: Computed) -> dict:
     record["figures"] = names
     record["vectors"] = vectors
     record["movies"] = movies
+    record["provenance"] = done.provenance
     write_json(folder / "result.json", record)
     write_json(folder / "summary.json", {"id": done.claim_id, "verdict": record["verdict"], "seconds": record["seconds"], "version": __version__})
     owner.add("result.json", "summary.json")

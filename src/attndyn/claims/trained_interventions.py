@@ -150,7 +150,8 @@ def tiny_state(seed: int) -> dict[str, torch.Tensor]:
 
 def tiny_decoder(sd: dict[str, torch.Tensor]) -> Decoder:
     """attndyn's decoder of the state dict, by the family registry's reader (no transformers)."""
-    from attndyn.models.architectures import FAMILIES, read_hf_family
+    from attndyn.models.architectures import read_hf_family
+    from attndyn.models.families import FAMILIES
 
     return read_hf_family(FAMILIES["llama"], dict(TINY_MODEL), sd.get, name="tiny-llama", source="a random LLaMA state dict", tokenizer=None)
 

@@ -10,8 +10,11 @@ written in C (:data:`SOURCE`, our own), compiled once per machine with the syste
 ``$XDG_CACHE_HOME/attndyn``, else ``~/.cache/attndyn``; the key includes the CPU's model and flags)
 and loaded with :mod:`ctypes`. Code is loaded only from a folder owned by the user and writable by no
 one else (else a private temporary folder is used, said once on stderr), and only after the library's
-SHA-256 matches the one recorded at build time beside it (``<library>.sha256``, held to the same
-checks); a missing, damaged or planted library is rebuilt, with one line saying why.
+SHA-256, size and ELF header match the ones recorded at build time beside it (``<library>.sha256``, held
+to the same checks) and every segment its program headers map lies within the file (a truncated library
+would kill the process with SIGBUS when the loader touched its missing pages, whatever its record says);
+a missing, damaged, truncated or planted library, or one that fails to load, is rebuilt, with one line
+saying why.
 The cold start is one compiler call; later runs load the cached library. Its exponential is a
 polynomial the compiler vectorises (within 4e-16 of libm, and faster than torch's exp), and it computes
 eight rows of attention at once, one per vector lane.
@@ -39,7 +42,9 @@ import math
 import os
 import platform
 import shutil
+import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -440,11 +445,73 @@ def verified(target: Path) -> str | None:
         why = _unsafe(path, folder=False)
         if why:
             return f"{what} ({path.name}) {why}"
-    recorded = side.read_text().strip()
+    recorded = side.read_text().split("\n", 1)[0].strip()  # the first line; the size and header follow (loadable)
     actual = _sha256(target)
     if recorded != actual:
         return f"its SHA-256 {actual[:12]}... is not the recorded {recorded[:12]}..."
     return None
+
+
+# the bytes of a library's start recorded at build time: a 64-bit ELF header is 64 bytes (a 32-bit one 52)
+HEADER_BYTES = 64
+
+
+def record(data: bytes) -> str:
+    """The side file's text for the library ``data``: its SHA-256, then its size and its first
+    :data:`HEADER_BYTES` bytes (the ELF header) in hex, one a line."""
+    return f"{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\nheader {data[:HEADER_BYTES].hex()}\n"
+
+
+def elf_problem(data: bytes) -> str | None:
+    """Why ``data``, a whole file that starts with the ELF magic number, is not a complete ELF shared
+    object, or None: its header, program headers and section headers must lie within the file and every
+    segment the program headers map must end within it (the loader maps the file and touches those
+    pages: past the end of a truncated file that touch is a SIGBUS, not an error)."""
+    n = len(data)
+    cls, order = data[4:5], data[5:6]
+    if cls not in (b"\x01", b"\x02") or order not in (b"\x01", b"\x02"):
+        return f"its ELF class {cls.hex() or 'none'} or byte order {order.hex() or 'none'} is not 1 or 2"
+    wide, end = cls == b"\x02", "<" if order == b"\x01" else ">"
+    head = struct.Struct(end + ("16sHHIQQQIHHHHHH" if wide else "16sHHIIIIIHHHHHH"))
+    segment = struct.Struct(end + ("IIQQQQQQ" if wide else "IIIIIIII"))
+    if n < head.size:
+        return f"it is {n} bytes, shorter than its ELF header ({head.size} bytes)"
+    _, kind, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = head.unpack_from(data)
+    if kind != 3:
+        return f"its ELF type is {kind}, not a shared object (3)"
+    if phnum == 0 or phentsize < segment.size:
+        return f"its program header table ({phnum} entries of {phentsize} bytes) is malformed"
+    if phoff + phnum * phentsize > n:
+        return f"its program headers end at byte {phoff + phnum * phentsize}, past its {n} bytes (truncated)"
+    for k in range(phnum):
+        fields = segment.unpack_from(data, phoff + k * phentsize)
+        offset, size = (fields[2], fields[5]) if wide else (fields[1], fields[4])
+        if offset + size > n:
+            return f"its segment {k} ends at byte {offset + size}, past its {n} bytes (truncated)"
+    if shnum and shoff + shnum * shentsize > n:
+        return f"its section headers end at byte {shoff + shnum * shentsize}, past its {n} bytes (truncated)"
+    return None
+
+
+def loadable(target: Path) -> str | None:
+    """None when ``target`` (already :func:`verified`) is whole: its size and first :data:`HEADER_BYTES`
+    bytes are the ones recorded at build time in ``<target>.sha256``, and when it is an ELF file,
+    :func:`elf_problem` finds nothing (so a truncated library is never handed to the loader, even one
+    whose recorded hash, size and header were all rewritten to match); else why not, in words. A file
+    that is not ELF (another platform's format) is left to the loader, whose failure rebuilds it."""
+    side = target.with_name(target.name + ".sha256")
+    fields = dict(line.split(" ", 1) for line in side.read_text().splitlines()[1:] if " " in line)
+    try:
+        size, header = int(fields["size"]), bytes.fromhex(fields["header"])
+    except (KeyError, ValueError):
+        return "its record holds no readable size and ELF header (an older attndyn wrote it, or it was edited)"
+    with open(target, "rb") as fh:
+        data = fh.read()
+    if len(data) != size:
+        return f"it is {len(data)} bytes, not the recorded {size}"
+    if data[:HEADER_BYTES] != header:
+        return "its header is not the recorded one"
+    return elf_problem(data) if data[:4] == b"\x7fELF" else None
 
 
 def _machine() -> str:
@@ -487,7 +554,7 @@ def _build(compiler: str, target: Path) -> bool:
             return False
         os.chmod(built, 0o755)
         digest = Path(tmp) / "small.sha256"
-        digest.write_text(_sha256(built) + "\n")
+        digest.write_text(record(built.read_bytes()))
         os.chmod(digest, 0o644)
         # a concurrent process sees the whole file or none; the library first, its hash last: a reader
         # between the two sees a mismatch and rebuilds
@@ -496,8 +563,23 @@ def _build(compiler: str, target: Path) -> bool:
     return True
 
 
+def _rebuild(compiler: str, target: Path, why: str) -> str | None:
+    """Build the kernel into ``target`` (one line on stderr saying why, unless it was never built) and
+    check the result as a cached one is checked; None when it may be loaded, else the reason."""
+    if why != "it is not built yet":
+        sys.stderr.write(f"attndyn: rebuilding the compiled kernel {target.name}: {why}\n")
+    if not _build(compiler, target):
+        return STATUS["reason"]
+    why = verified(target) or loadable(target)
+    if why is not None:  # another process's build in between, or a folder that changed under us
+        return f"the kernel just built cannot be verified: {why}"
+    return None
+
+
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel (compiled on first use, then cached on disk), or ``None`` with the reason in :data:`STATUS`."""
+    """The compiled kernel (compiled on first use, then cached on disk), or ``None`` with the reason in
+    :data:`STATUS`. A cached library that fails :func:`verified` or :func:`loadable`, or that the loader
+    refuses, is rebuilt once, with one line on stderr saying why."""
     if STATUS["library"] is not None or STATUS["reason"] != "not tried":
         return STATUS["library"]
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
@@ -506,19 +588,22 @@ def library() -> ctypes.CDLL | None:
         return None
     target = library_path(compiler)
     try:
-        why = verified(target)
-        if why is not None:
-            if why != "it is not built yet":
-                import sys
-
-                sys.stderr.write(f"attndyn: rebuilding the compiled kernel {target.name}: {why}\n")
-            if not _build(compiler, target):
+        why = verified(target) or loadable(target)
+        rebuilt = why is not None
+        if rebuilt and (failed := _rebuild(compiler, target, why)) is not None:
+            STATUS["reason"] = failed
+            return None
+        try:
+            lib = ctypes.CDLL(str(target))
+        except OSError as err:
+            if rebuilt:
+                raise
+            # a failed load registers nothing with the loader, so the rebuilt file is loaded afresh
+            said = " ".join(str(err).split())
+            if (failed := _rebuild(compiler, target, f"it did not load ({said})")) is not None:
+                STATUS["reason"] = failed
                 return None
-            why = verified(target)
-            if why is not None:  # another process's build in between, or a folder that changed under us
-                STATUS["reason"] = f"the kernel just built cannot be verified: {why}"
-                return None
-        lib = ctypes.CDLL(str(target))
+            lib = ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as err:
         STATUS["reason"] = f"could not build or load the kernel: {err}"
         return None
@@ -551,7 +636,7 @@ USA_BIT = 4
 class Native:
     """What :func:`field` needs: the library, ``M = Q^T K`` and V as contiguous float64 arrays (kept
     alive here), the mode of the C field, lambda (V = lambda I) and beta. Built by
-    :func:`attndyn.core.plan.native_field` once the plan has chosen the C field."""
+    :func:`attndyn.core.dynamics.native_field` once the C field is chosen."""
 
     lib: ctypes.CDLL
     M: np.ndarray

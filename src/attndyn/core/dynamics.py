@@ -38,7 +38,9 @@ Combinations the mathematics does not define are rejected at construction. A ``M
 parameters only: it has no cache, pickles small and carries no device tensors of its own.
 ``prepare(model, like)`` builds the immutable :class:`Prepared` arguments once per run (weights
 cast to ``like``'s dtype and device, ``Q^T K`` when cheaper, the scalar lambda when V = lambda I,
-the plain-softmax fast path, identity factors to skip); ``vector_field(t, x, args)`` is the ``f(t, x, args)`` the solvers
+the plain-softmax fast path, identity factors to skip, and the C field where :func:`native_reason`
+allows it: like the dense or fused kernel of :func:`resolve_kernel`, a property of the model and the
+state, which :mod:`attndyn.core.plan` reads); ``vector_field(t, x, args)`` is the ``f(t, x, args)`` the solvers
 integrate. ``velocity(t, x, model)`` is the one-off convenience: it accepts NumPy arrays or
 tensors and returns the same kind.
 """
@@ -46,13 +48,14 @@ tensors and returns the same kind.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import KW_ONLY, dataclass
 from typing import get_args
 
 import numpy as np
 import torch
 
-from attndyn.core import compiled, plan
+from attndyn.core import compiled
 from attndyn.core.attention import Weighting, causal_mask, dense_attention, fused_attention, resolve_beta, weights_from_scores, with_sink_bias
 from attndyn.core.attention import scores as _scores
 from attndyn.core.names import Geometry, Kernel, Mask, Normalization, Scheme
@@ -223,6 +226,65 @@ def resolve_kernel(model: Model, batch: int, n: int) -> str:
     return "fused" if plain and large else "dense"
 
 
+# The C field (one evaluation in C, one thread, for any solver) is used for d <= NATIVE_MAX_D when torch
+# runs one thread; when it runs two, for d <= NATIVE_TWO_THREAD_D, or d <= NATIVE_MAX_D for a batch of 4
+# or more systems; with more threads torch keeps the field. The crossovers are where one C thread stops
+# beating torch's kernels (benchmarks/threads.py and benchmarks/solvers.py measure them): the C field's
+# advantage is its vectorised exponential and the absence of per-call overhead, both of which shrink
+# as d grows and as torch spreads a large evaluation over threads.
+NATIVE_MAX_D = 8
+NATIVE_TWO_THREAD_D = 4
+
+
+def native_reason(model: Model, like: torch.Tensor) -> str | None:
+    """Why the field of ``model`` at states like ``like`` is not evaluated in C (``None`` when it is)."""
+    w = model.weights
+    d = like.shape[-1]
+    batch = math.prod(like.shape[:-2])
+    threads = torch.get_num_threads()
+    checks = [
+        (os.environ.get("ATTNDYN_COMPILED", "1") != "0", "ATTNDYN_COMPILED=0"),
+        (like.dtype == torch.float64 and like.device.type == "cpu", "not float64 on the CPU"),
+        (w.heads == 1 and w.ff is None, "several heads or a feed-forward layer"),
+        (
+            model.mask == "full" and model.normalization in ("softmax", "unnormalized") and model.sink_bias == 0.0,
+            "a mask, a sink or another normalization",
+        ),
+        (math.isfinite(model.beta), "hardmax"),
+        (d <= NATIVE_MAX_D, f"d > {NATIVE_MAX_D}"),
+        (threads == 1 or (threads == 2 and (d <= NATIVE_TWO_THREAD_D or batch >= 4)), f"torch runs {threads} threads, which beat one C thread here"),
+        (not (w.Q.requires_grad or w.K.requires_grad or w.V.requires_grad), "weights that require gradients"),
+        (not (model.rescaled and model.geometry == "sphere"), "the rescaled model on the sphere"),
+    ]
+    for ok, why in checks:
+        if not ok:
+            return why
+    if compiled.library() is None:
+        return compiled.STATUS["reason"]
+    return None
+
+
+def scalar_V(model: Model) -> bool:
+    """Whether the (one) value matrix is lambda I."""
+    V = model.weights.V[0]
+    return bool(torch.equal(V, V[0, 0] * torch.eye(model.weights.d, dtype=V.dtype)))
+
+
+def native_field(model: Model, like: torch.Tensor) -> compiled.Native | None:
+    """The C field of ``model`` for states like ``like`` (what ``dynamics.prepare`` stores), or ``None``
+    (see :func:`native_reason`)."""
+    if native_reason(model, like) is not None:
+        return None
+    w = model.weights
+    M = (w.Q[0].transpose(0, 1) @ w.K[0]).detach().double().numpy()
+    V = w.V[0].detach().double().numpy()
+    if model.rescaled:
+        form = "rescaled, V = lambda I" if scalar_V(model) else "rescaled, any V"
+    else:
+        form = "sphere, Post-LN" if model.geometry == "sphere" else "plain"
+    return compiled.native_spec(M, V, form, model.beta, usa=model.normalization == "unnormalized")
+
+
 def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepared:
     """Resolve ``model`` for states shaped and typed like ``like`` ``(*batch, n, d)``."""
     if not isinstance(model, Model):
@@ -277,7 +339,7 @@ def prepare(model: Model, like: torch.Tensor, *, check: bool = False) -> Prepare
         M_identity=M is not None and w.heads == 1 and bool(torch.equal(M[0], torch.eye(w.d, dtype=dtype, device=device))),
         V_identity=is_scalar and lam == 1.0,
         zero=torch.zeros((), dtype=dtype, device=device),
-        native=None if check else plan.native_field(model, like),
+        native=None if check else native_field(model, like),
         VB_cat=None if w.V_factors is None else cast(w.V_factors[1]).transpose(-1, -2).permute(1, 0, 2).reshape(w.d, -1).contiguous(),
         VA_cat=None if w.V_factors is None else cast(w.V_factors[0]).transpose(-1, -2).reshape(-1, w.d).contiguous(),
     )

@@ -8,31 +8,31 @@ Contract
   the reason it was not taken. It reads the thread count torch runs now, so ``simulate`` decides
   inside its thread policy; :func:`attndyn.plan` does the same for a user.
 * ``simulate`` executes the plan and nothing else decides: :mod:`attndyn.core.compiled` holds the
-  kernels only, ``dynamics.prepare`` asks :func:`native_field` for the C field.
+  kernels only. Whether the field of a model runs in C is a property of the model and the state,
+  kept beside the model in :mod:`attndyn.core.dynamics` (:func:`native_reason`, :func:`native_field`,
+  which ``dynamics.prepare`` stores), as its choice between the dense and the fused kernel is; the
+  plan reads both.
 * The paths, fastest first (:data:`PATHS`): the span reduction (``span=True`` with d > n: the
   same model in n dimensions, itself planned again), the compiled loop (a whole classical RK4 run
   in C), the chunked batch (a large fixed-step batch on the CPU in cache-sized chunks, each chunk
   planned again) and the eager loop (the solver in Python, each stage a field evaluation, in C
   where :func:`native_reason` allows, and for adaptive Post-LN or Euclidean runs the stages and
   error norm of a step in C).
-* Imports the kernels (``compiled``), the solvers, the scheme table and nothing that imports it back.
+* Imports the kernels (``compiled``), the dynamics, the solvers, the scheme table and nothing that imports
+  it back (``tests/test_layers.py`` fails on any import circle).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from attndyn.core import compiled
+from attndyn.core.dynamics import Model, native_field, native_reason, scalar_V
 from attndyn.core.schemes import SCHEME_TABLE
 from attndyn.core.solvers import RK4, AdaptiveStep, FixedStep, Tableau, step_counts
-
-if TYPE_CHECKING:
-    from attndyn.core.dynamics import Model
 
 PATHS = ("span reduction", "compiled loop", "chunked batch", "eager loop")
 
@@ -40,68 +40,10 @@ PATHS = ("span reduction", "compiled loop", "chunked batch", "eager loop")
 # (no library call, no copy of the state into NumPy) is the smaller cost
 MIN_STEPS = 100
 
-# The C field (one evaluation in C, one thread, for any solver) is used for d <= NATIVE_MAX_D when torch
-# runs one thread; when it runs two, for d <= NATIVE_TWO_THREAD_D, or d <= NATIVE_MAX_D for a batch of 4
-# or more systems; with more threads torch keeps the field. The crossovers are where one C thread stops
-# beating torch's kernels (benchmarks/threads.py and benchmarks/solvers.py measure them): the C field's
-# advantage is its vectorised exponential and the absence of per-call overhead, both of which shrink
-# as d grows and as torch spreads a large evaluation over threads.
-NATIVE_MAX_D = 8
-NATIVE_TWO_THREAD_D = 4
-
 # a fixed-step batch is integrated in chunks of systems whose state and logits take about this much
 # (n (n + d) entries a system): about a core's share of the last-level cache, so that the stages of a
 # chunk stay in cache (docs/benchmarks records the gain; a quarter of this lost at small d)
 CHUNK_BYTES = 1024 * 1024
-
-
-def native_reason(model: Model, like: torch.Tensor) -> str | None:
-    """Why the field of ``model`` at states like ``like`` is not evaluated in C (``None`` when it is)."""
-    w = model.weights
-    d = like.shape[-1]
-    batch = math.prod(like.shape[:-2])
-    threads = torch.get_num_threads()
-    checks = [
-        (os.environ.get("ATTNDYN_COMPILED", "1") != "0", "ATTNDYN_COMPILED=0"),
-        (like.dtype == torch.float64 and like.device.type == "cpu", "not float64 on the CPU"),
-        (w.heads == 1 and w.ff is None, "several heads or a feed-forward layer"),
-        (
-            model.mask == "full" and model.normalization in ("softmax", "unnormalized") and model.sink_bias == 0.0,
-            "a mask, a sink or another normalization",
-        ),
-        (math.isfinite(model.beta), "hardmax"),
-        (d <= NATIVE_MAX_D, f"d > {NATIVE_MAX_D}"),
-        (threads == 1 or (threads == 2 and (d <= NATIVE_TWO_THREAD_D or batch >= 4)), f"torch runs {threads} threads, which beat one C thread here"),
-        (not (w.Q.requires_grad or w.K.requires_grad or w.V.requires_grad), "weights that require gradients"),
-        (not (model.rescaled and model.geometry == "sphere"), "the rescaled model on the sphere"),
-    ]
-    for ok, why in checks:
-        if not ok:
-            return why
-    if compiled.library() is None:
-        return compiled.STATUS["reason"]
-    return None
-
-
-def scalar_V(model: Model) -> bool:
-    """Whether the (one) value matrix is lambda I."""
-    V = model.weights.V[0]
-    return bool(torch.equal(V, V[0, 0] * torch.eye(model.weights.d, dtype=V.dtype)))
-
-
-def native_field(model: Model, like: torch.Tensor) -> compiled.Native | None:
-    """The C field of ``model`` for states like ``like`` (what ``dynamics.prepare`` stores), or ``None``
-    (see :func:`native_reason`)."""
-    if native_reason(model, like) is not None:
-        return None
-    w = model.weights
-    M = (w.Q[0].transpose(0, 1) @ w.K[0]).detach().double().numpy()
-    V = w.V[0].detach().double().numpy()
-    if model.rescaled:
-        form = "rescaled, V = lambda I" if scalar_V(model) else "rescaled, any V"
-    else:
-        form = "sphere, Post-LN" if model.geometry == "sphere" else "plain"
-    return compiled.native_spec(M, V, form, model.beta, usa=model.normalization == "unnormalized")
 
 
 def loop_reason(model: Model, x: torch.Tensor, solver: Tableau, step: object, times: list[float] | None, max_steps: int) -> str | None:

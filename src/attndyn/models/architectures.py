@@ -1,16 +1,11 @@
-"""One registry of the trained-model families: what each one is, and how its weights become a :class:`~attndyn.models.decoder.Decoder`.
+"""How a family's weights become a :class:`~attndyn.models.decoder.Decoder`: the readers of Hugging Face folders
+and live ``transformers`` models, driven by the family's row.
 
 Contract
 --------
-* :data:`FAMILIES` maps a family's name to a :class:`Family`: the Hugging Face ``model_type`` values
-  and GGUF ``general.architecture`` names it serves, and how its weights map onto attndyn's decoder
-  description (norm kind and placement, biases, rotary fraction, grouped-query attention, parallel
-  residual, soft-capping, sliding windows, QK-norm, tied embeddings, fused maps). The CLI
-  (``attndyn checkpoint``), :func:`~attndyn.models.decoder_files.load_decoder`, the refusal of an
-  unknown architecture and the table in ``docs/guide/trained-models.md`` all read it: adding a family
-  is one entry here and its reader.
-* ``family_of_model_type(t)`` / ``family_of_gguf(a)``: the family, or :class:`CheckpointError` naming
-  ``t`` and listing the supported ones.
+* The rows themselves (:data:`FAMILIES`, :class:`Family`, ``family_of_model_type``, ``family_of_gguf``,
+  ``twin_refusal``, ``default_twin_layers``, ``family_table``) are in :mod:`attndyn.models.families`, and
+  re-exported here for the importers of their first home.
 * ``read_folder(folder)``: a Hugging Face folder (``config.json`` + ``*.safetensors``, sharded or not);
   ``from_transformers(model, tokenizer=None)``: a loaded ``PreTrainedModel``, its parameters used as
   they are (no copy; the forward pass casts one layer at a time).
@@ -19,248 +14,41 @@ Contract
   no GGUF architecture of its own: llama.cpp writes it as ``llama`` (``Family.gguf_as``).
 * The checks of a row and its config before any tensor is read: :mod:`attndyn.models.family_checks`
   (typed values, the shared list of forward-changing keys, the traits each layout reads).
-* ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
-  (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
-* ``default_twin_layers(L)``: the twin layers that fit a model of L layers (never the last one).
 
 Every reader reads the row (no reader tests a family's name): the folder reader of
-:mod:`attndyn.models.decoder_files` takes the rows whose traits it reads (LLaMA, Gemma 3, GPT-2), every
+:mod:`attndyn.models.hf_files` takes the rows whose traits it reads (LLaMA, Gemma 3, GPT-2), every
 other row and option goes to :func:`read_hf_family` here. The BERT-family encoders are listed
-(``kind="encoder"``) and read by :mod:`attndyn.models.bert`.
+(``kind="encoder"``) and read by :mod:`attndyn.models.bert`. Imports the registry, the checks and the
+folder reader below it; nothing it imports imports it back.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from attndyn.models import hf_files
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
 from attndyn.models.errors import CheckpointError
+from attndyn.models.families import (  # noqa: F401 (the registry's names, re-exported for the importers of their first home)
+    FAMILIES,
+    GEMMA2_27B_LAYERS,
+    GEMMA_ACTS,
+    Family,
+    decoder_model_types,
+    default_twin_layers,
+    encoder_model_types,
+    family_of_gguf,
+    family_of_model_type,
+    family_table,
+    gguf_architectures,
+    twin_refusal,
+)
 from attndyn.models.family_checks import check_config, check_layout, files_reader_reads
-
-
-@dataclass(frozen=True)
-class Family:
-    """One architecture family and how its weights map onto the decoder description."""
-
-    name: str
-    model_types: tuple[str, ...]  # Hugging Face config.json model_type values
-    gguf_archs: tuple[str, ...] = ()  # GGUF general.architecture values attndyn reads
-    kind: str = "decoder"  # or "encoder" (BERT family, read by attndyn.models.bert)
-    norm: str = "rms"  # "rms" or "layer"
-    norm_placement: str = "pre"  # "pre", "post" (after each sub-layer, OLMo-2) or "sandwich" (both, Gemma)
-    biases: str = "none"  # "none", "qkv" (Qwen2), "all" (GPT-2, GPT-NeoX), "optional" (config's attention_bias)
-    rotary: str = "full"  # "full", "partial" (a fraction of each head), "learned" (absolute positions)
-    gqa: bool = True
-    parallel_residual: bool = False
-    softcap: bool = False
-    sliding_window: str = "none"  # "none", "all" (every layer), "alternating" / "pattern" (local and global)
-    qk_norm: str = "none"  # "none", "head" (per head, Qwen3, Gemma 3), "full" (all heads at once, OLMo-2)
-    tied: str = "config"  # where tie_word_embeddings comes from
-    fused: str = "none"  # "qkv", "qkv+gate_up"
-    gated_ffn: bool = True
-    reader: str = "family"  # "files" (decoder_files.read_hf_llama), "family" (read_hf_family), "bert"
-    layout: str = "split"  # tensor layout: "split" (model.layers.*, q/k/v apart), "neox" (gpt_neox.layers.*, fused per head), "conv1d" (GPT-2)
-    norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (offset + w): 1.0, added in float64 when read (llama.cpp stores offset + w)
-    embed_scaled: bool = False  # the embeddings multiplied by sqrt(d) and a BOS token prepended (Gemma)
-    act_key: str = "hidden_act"  # the config key of the feed-forward activation
-    acts: tuple[tuple[str, str], ...] = (("silu", "silu"),)  # its accepted values (first: the default) and the decoder's names
-    gguf_qk_permuted: bool = False  # llama.cpp's converter reorders each head's query/key rows (LLaMA): undone when read
-    gguf_config: Callable[[dict], dict] | None = None  # hook: the config entries a GGUF file's metadata gives (beyond the common ones)
-    gguf_as: str = ""  # the GGUF architecture llama.cpp writes this family as, when it is another family's
-    example: str = ""
-
-    @property
-    def implements(self) -> frozenset[str]:
-        """The forward-changing config keys (:data:`FORWARD_KEYS`) this family's reader implements, from its traits."""
-        return frozenset(
-            key
-            for key, on in (
-                ("attention_bias", self.kind == "decoder" and self.biases in ("optional", "all")),
-                ("use_parallel_residual", self.parallel_residual),
-                ("attn_logit_softcapping", self.softcap),
-                ("final_logit_softcapping", self.softcap),
-                ("sliding_window", self.sliding_window != "none"),
-            )
-            if on
-        )
-
-    @property
-    def twin(self) -> str | None:
-        """Why the particle twin is not offered for this family (one line, every reason), or None when it is."""
-        if self.kind == "encoder":
-            return "encoders take the BERT page (Post-LN), not the decoder twin"
-        reasons = [
-            why
-            for flag, why in (
-                (self.norm == "layer", "LayerNorm removes the mean and adds a bias, which is not the twin's projection on the sphere"),
-                (
-                    self.parallel_residual,
-                    "its parallel residual adds attention and feed-forward of the same state, which the twin's one step does not",
-                ),
-                (self.norm_placement == "post", "it normalises after the sub-layers, while the twin is Pre-LN"),
-                (self.softcap, "its soft-capped attention scores are not the twin's softmax of a bilinear form"),
-            )
-            if flag
-        ]
-        return "; ".join(reasons) or None
-
-
-GEMMA_ACTS = (("gelu_pytorch_tanh", "gelu_tanh"),)
-GEMMA2_27B_LAYERS = 46  # llama.cpp scales Gemma 2 27B's queries by (d / H)^-1/2, the others by hd^-1/2 (llama-model.cpp)
-
-
-def _gemma2_gguf_config(meta: dict) -> dict:
-    """Gemma 2's soft-caps and BOS from a GGUF file; its query scale, which the file does not store, is llama.cpp's rule."""
-    H, d = meta["heads"], meta["d"]
-    return {
-        "attn_logit_softcapping": meta.get("attn_softcap"),
-        "final_logit_softcapping": meta.get("final_softcap"),
-        "query_pre_attn_scalar": d / H if meta["layers"] == GEMMA2_27B_LAYERS else meta.get("head_dim") or d // H,
-        "bos_token_id": meta["bos"] if meta.get("bos", -1) >= 0 else None,
-    }
-
-
-def _neox_gguf_config(meta: dict) -> dict:
-    return {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
-
-
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        Family("llama", ("llama",), ("llama",), biases="optional", reader="files", gguf_qk_permuted=True, example="SmolLM2, Llama 3, TinyLlama"),
-        Family("mistral", ("mistral",), sliding_window="all", gguf_as="llama", example="Mistral 7B"),
-        Family("qwen2", ("qwen2",), ("qwen2",), biases="qkv", sliding_window="pattern", example="Qwen2, Qwen2.5"),
-        Family("qwen3", ("qwen3",), ("qwen3",), qk_norm="head", sliding_window="pattern", biases="optional", example="Qwen3"),
-        Family("olmo2", ("olmo2",), ("olmo2",), norm_placement="post", qk_norm="full", biases="optional", example="OLMo-2"),
-        Family(
-            "gemma2",
-            ("gemma2",),
-            ("gemma2",),
-            norm_placement="sandwich",
-            biases="optional",
-            softcap=True,
-            sliding_window="alternating",
-            tied="always",
-            norm_offset=1.0,
-            embed_scaled=True,
-            act_key="hidden_activation",
-            acts=GEMMA_ACTS,
-            gguf_config=_gemma2_gguf_config,
-            example="Gemma 2",
-        ),
-        Family(
-            "gemma3",
-            ("gemma3_text",),
-            ("gemma3",),
-            norm_placement="sandwich",
-            sliding_window="pattern",
-            qk_norm="head",
-            biases="optional",
-            tied="always",
-            reader="files",
-            norm_offset=1.0,
-            embed_scaled=True,
-            act_key="hidden_activation",
-            acts=GEMMA_ACTS,
-            example="Gemma 3 (270M, 1B)",
-        ),
-        Family(
-            "gpt_neox",
-            ("gpt_neox",),
-            ("gptneox",),
-            norm="layer",
-            biases="all",
-            rotary="partial",
-            gqa=False,
-            parallel_residual=True,
-            fused="qkv",
-            gated_ffn=False,
-            layout="neox",
-            acts=(("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh")),
-            gguf_config=_neox_gguf_config,
-            example="Pythia, GPT-NeoX",
-        ),
-        Family(
-            "gpt2",
-            ("gpt2",),
-            ("gpt2",),
-            norm="layer",
-            biases="all",
-            rotary="learned",
-            gqa=False,
-            fused="qkv",
-            gated_ffn=False,
-            reader="files",
-            layout="conv1d",
-            example="GPT-2, DistilGPT2",
-        ),
-        Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
-        Family(
-            "bert",
-            ("bert", "albert"),
-            kind="encoder",
-            norm="layer",
-            norm_placement="post",
-            biases="all",
-            rotary="learned",
-            gqa=False,
-            gated_ffn=False,
-            reader="bert",
-            example="BERT, MiniLM, ALBERT",
-        ),
-    )
-}
-
-
-def decoder_model_types() -> tuple[str, ...]:
-    """Every Hugging Face model_type a decoder family serves."""
-    return tuple(t for f in FAMILIES.values() if f.kind == "decoder" for t in f.model_types)
-
-
-def gguf_architectures() -> tuple[str, ...]:
-    return tuple(a for f in FAMILIES.values() for a in f.gguf_archs)
-
-
-def encoder_model_types() -> tuple[str, ...]:
-    return tuple(t for f in FAMILIES.values() if f.kind == "encoder" for t in f.model_types)
-
-
-def family_of_model_type(model_type: object, *, where: str = "") -> Family:
-    for f in FAMILIES.values():
-        if f.kind == "decoder" and model_type in f.model_types:
-            return f
-    raise CheckpointError(
-        f"{where}model_type {model_type!r} is not supported; supported decoders: {', '.join(decoder_model_types())}; "
-        f"encoders: {', '.join(encoder_model_types())}"
-    )
-
-
-def family_of_gguf(arch: object, *, where: str = "") -> Family:
-    for f in FAMILIES.values():
-        if arch in f.gguf_archs:
-            return f
-    raise CheckpointError(f"{where}GGUF architecture {arch!r} is not supported; supported: {', '.join(gguf_architectures())}")
-
-
-def twin_refusal(decoder: Decoder) -> str | None:
-    """Why the particle twin is not offered for ``decoder`` (one line), or None."""
-    fam = FAMILIES.get(decoder.arch)
-    if fam is not None and fam.twin is not None:
-        return fam.twin
-    if decoder.norm_kind != "rms" or decoder.parallel_residual or not decoder.pre_norm or decoder.attn_softcap is not None:
-        return "the twin is Pre-LN on the sphere (RMSNorm) with one softmax attention step, which this decoder is not"
-    return None
-
-
-def default_twin_layers(L: int) -> tuple[int, ...]:
-    """Spread over the depth, each with a next layer to compare with: none for a one-layer model."""
-    return tuple(sorted(k for k in {0, L // 4, L // 2, (3 * L) // 4, L - 2} if 0 <= k < L - 1))
-
+from attndyn.models.tokenizers import _folder_tokenizer
 
 # --- Hugging Face folders and live models ----------------------------------------------------------------
 
@@ -283,15 +71,13 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
     """A Hugging Face folder of any decoder family in :data:`FAMILIES`, in float64. ``lazy``: the layers are read
     from the memory-mapped files one at a time when they run (in float64, as the eager read holds them), the
     embeddings and the head kept in the file's precision (float32 at most: the forward pass casts them)."""
-    from attndyn.models import decoder_files
-
     folder = Path(folder)
     config = read_config(folder)
     fam = family_of_model_type(config.get("model_type"), where=f"{folder}: ")
     check_layout(fam)
     check_config(fam, config, f"{folder}/config.json: ")
     if files_reader_reads(fam) and not _files_reader_lacks(config):
-        return decoder_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2
+        return hf_files.read_hf_llama(folder, lazy=lazy)  # llama, gemma3_text and gpt2
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder} has no *.safetensors file (pickled .bin checkpoints are not read)")
@@ -312,12 +98,12 @@ def read_folder(folder: str | Path, *, lazy: bool = True) -> Decoder:
             raise CheckpointError(f"{folder}: the tensor {name!r} has dtype {t.dtype}; weights must be floating point (give the float model)")
         return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype) if lazy and name in TABLES else t.to(torch.float64)
 
-    tokenizer = decoder_files._folder_tokenizer(folder)
+    tokenizer = _folder_tokenizer(folder)
     return read_hf_family(fam, config, get, name=folder.name, source=str(folder), tokenizer=tokenizer, lazy=lazy)
 
 
 def _files_reader_lacks(config: dict) -> bool:
-    """Options a family implements that :func:`~attndyn.models.decoder_files.read_hf_llama` does not: biases on the
+    """Options a family implements that :func:`~attndyn.models.hf_files.read_hf_llama` does not: biases on the
     attention maps, a query scale other than the head dimension's (Gemma 3); such folders take :func:`read_hf_family`."""
     H, d = config.get("num_attention_heads"), config.get("hidden_size")
     hd = config.get("head_dim") or (d // H if isinstance(d, int) and isinstance(H, int) and H > 0 else None)
@@ -350,9 +136,7 @@ def from_transformers(model: object, tokenizer: object = None) -> Decoder:
         )
     name = str(config.get("_name_or_path") or type(model).__name__)
     if fam.layout == "conv1d":
-        from attndyn.models.decoder_files import _gpt2
-
-        dec = _gpt2(Path(name), config, {k: v.cpu().numpy() for k, v in params.items()})
+        dec = hf_files._gpt2(Path(name), config, {k: v.cpu().numpy() for k, v in params.items()})
         return _with(dec, tokenizer=tok)
 
     def get(key: str) -> torch.Tensor | None:
@@ -582,40 +366,3 @@ def _gpt_neox(fam: Family, config: dict, need, get, *, name: str, source: str, t
         norm_bias=need("gpt_neox.final_layer_norm.bias"), rotary_dim=None if rotary_dim == hd else rotary_dim,
         parallel_residual=bool(config.get("use_parallel_residual", fam.parallel_residual)), context=config.get("max_position_embeddings"),
     )  # fmt: skip
-
-
-def family_table() -> str:
-    """The families as a Markdown table (docs/guide/trained-models.md holds it; a test checks it is this one)."""
-    rows = [
-        "| family | model_type (Hugging Face) | GGUF | what differs | forward | geometry | twin | e.g. |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for f in FAMILIES.values():
-        traits = [
-            t
-            for flag, t in (
-                (f.norm == "layer", "LayerNorm"),
-                (f.norm_placement == "post", "norms after sub-layers"),
-                (f.norm_placement == "sandwich", "sandwich norms"),
-                (f.biases == "qkv", "q/k/v biases"),
-                (f.biases == "all", "biases"),
-                (f.rotary == "partial", "partial rotary"),
-                (f.rotary == "learned", "learned positions"),
-                (f.parallel_residual, "parallel residual"),
-                (f.softcap, "soft-capping"),
-                (f.sliding_window == "all", "sliding window"),
-                (f.sliding_window in ("pattern", "alternating"), "local/global layers"),
-                (f.qk_norm == "head", "QK-norm"),
-                (f.qk_norm == "full", "QK-norm (all heads)"),
-                (f.fused != "none", f"fused {f.fused}"),
-                (f.gqa and f.kind == "decoder", "GQA"),
-            )
-            if flag
-        ]
-        decoder = f.kind == "decoder"
-        gguf = ", ".join(f.gguf_archs) or (f"as {f.gguf_as} (llama.cpp writes it so)" if f.gguf_as else "-")
-        rows.append(
-            f"| {f.name} | {', '.join(f.model_types)} | {gguf} | {', '.join(traits)} | "
-            f"{'yes' if decoder else 'encoder page'} | {'yes' if decoder else '-'} | {'yes' if f.twin is None else 'no'} | {f.example} |"
-        )
-    return "\n".join(rows)

@@ -146,6 +146,25 @@ ALBERT_NAMES = {
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 
+@dataclass(frozen=True)
+class EncoderLayout:
+    """What differs between the encoder families of the one ``bert`` row, as traits the reader reads (it never
+    compares a model_type): the tensor names of layer ``{i}``, whether one layer's weights serve every layer,
+    and whether the embeddings have their own width (``embedding_size``) mapped to the hidden one."""
+
+    names: dict[str, str]
+    shared_layers: bool = False
+    factorized_embedding: bool = False
+    label: str = ""
+
+
+# the encoder layouts, by the model_type that names them (the row's model_types)
+ENCODERS = {
+    "bert": EncoderLayout(BERT_NAMES, label="bert (BERT, MiniLM)"),
+    "albert": EncoderLayout({k: ALBERT_PREFIX + v for k, v in ALBERT_NAMES.items()}, shared_layers=True, factorized_embedding=True, label="albert"),
+}
+
+
 def _read_tensors(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
     from attndyn.models import file_checks as fc
 
@@ -217,8 +236,9 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
         raise CheckpointError(f"{path} has no config.json")
     config = fc.read_json(fc.model_file(path, "config.json"))
     arch = config.get("model_type")
-    if arch not in ("bert", "albert"):
-        raise CheckpointError(f"unsupported architecture model_type={arch!r}; supported: bert (BERT, MiniLM), albert")
+    layout = ENCODERS.get(arch) if isinstance(arch, str) else None
+    if layout is None:
+        raise CheckpointError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(e.label for e in ENCODERS.values())}")
     c = fc.typed(config, _bert_spec(), str(path / "config.json"))
     d, heads, n_layers, inter = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
     vocab, n_pos, n_types = c["vocab_size"], c["max_position_embeddings"], c["type_vocab_size"]
@@ -228,7 +248,7 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_act {act!r}; supported: {ACTIVATIONS}")
     tensors = _strip_prefix(_read_tensors(path, allow_pickle), arch)
-    e = (c["embedding_size"] or d) if arch == "albert" else d
+    e = (c["embedding_size"] or d) if layout.factorized_embedding else d
     word = _get(tensors, "embeddings.word_embeddings.weight", (vocab, e))
     position = _get(tensors, "embeddings.position_embeddings.weight", (n_pos, e))
     token_type = _get(tensors, "embeddings.token_type_embeddings.weight", (n_types, e))
@@ -271,12 +291,15 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
             (t["g2"], t["h2"]),
         )
 
-    emb_map = None
-    if arch == "bert":
-        layers = [layer({k: v.format(i=i) for k, v in BERT_NAMES.items()}) for i in range(n_layers)]
+    def named(i: int) -> dict[str, str]:
+        return {k: v.format(i=i) for k, v in layout.names.items()}
+
+    if layout.shared_layers:  # ALBERT: one layer across depth
+        layers = [layer(named(0))] * n_layers
     else:
-        shared = layer({k: ALBERT_PREFIX + v for k, v in ALBERT_NAMES.items()})
-        layers = [shared] * n_layers  # ALBERT shares one layer across depth
+        layers = [layer(named(i)) for i in range(n_layers)]
+    emb_map = None
+    if layout.factorized_embedding:
         emb_map = (
             _get(tensors, "encoder.embedding_hidden_mapping_in.weight", (d, e)),
             _get(tensors, "encoder.embedding_hidden_mapping_in.bias", (d,)),
@@ -440,7 +463,7 @@ def per_head_table(ckpt: Checkpoint) -> list[dict]:
     from attndyn.analysis.spectra import head_spectra
 
     rows = []
-    distinct = 1 if ckpt.arch == "albert" else len(ckpt.layers)
+    distinct = 1 if ENCODERS[ckpt.arch].shared_layers else len(ckpt.layers)
     for layer in range(distinct):
         for hs in head_spectra(ckpt.weights(layer), beta=ckpt.beta):
             eig = hs.eig_V[np.argsort(-np.abs(hs.eig_V))]

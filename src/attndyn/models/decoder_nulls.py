@@ -34,7 +34,8 @@ Contract
   saying that uniform causal attention's sink rate is 0 by construction at these lengths (H_n / n < eps
   for every n), or "" where it is not: a comparison with that null is then vacuous and is not made.
 * ``shuffled(ids, rng, keep)``: the prompt's tokens in a random order, the first ``keep`` left in place
-  (Gemma's beginning-of-sequence token).
+  (Gemma's beginning-of-sequence token). ``decoder_null_runs.null_values(decoder, ids)``: the three nulls' per-layer values on
+  the prompts (the decoder page's study), their forwards in ``NULL_DTYPE`` = float32 by default.
 * ``decide(lo, hi)``: the decision rule shared by the findings against a null (issue 47, item 2; the
   interventions' decisions and :func:`comparison_sentence` given replicates use it). ``lo``,
   ``hi``: the interval of the difference network - null from each of R >= ``REPLICATES_MIN`` = 5
@@ -83,6 +84,7 @@ PUBLISHED_INIT = {
 }
 RANDOM_DRAWS = 5  # random-weight models drawn (each a whole model, shared by the prompts): one a replicate of the decision rule
 SHUFFLE_DRAWS = 10  # permutations of each prompt: two a replicate
+NULL_DTYPE = torch.float32  # the nulls' forwards: their spread over draws is far above float32's rounding
 
 
 def bootstrap_interval(

@@ -1,7 +1,7 @@
 """A layer-major executor: each layer is widened once and every branch (the plain prompts, then every edited
 branch) runs through it before the next layer is read.
 
-A *branch* is one prompt with a tuple of edits (:mod:`attndyn.models.interventions`); the empty tuple is the
+A *branch* is one prompt with a tuple of edits (:mod:`attndyn.models.edits`); the empty tuple is the
 plain forward. The plain branches run first at every layer, so that an edit that needs the plain states of
 the same layer (``mean``: the mean over the prompts; ``patch``: another prompt's state) finds them there.
 An edited branch starts from its prompt's plain state at the input of the first block its edits touch:
@@ -95,7 +95,7 @@ def run(
     ``block_runs`` (blocks run over all branches) and ``forwards`` (block_runs / L). ``progress(i, n)``:
     ``i`` of ``n`` = L + prompts steps done (0 first; each layer through every branch, then each prompt's
     losses)."""
-    from attndyn.models import interventions as iv
+    from attndyn.models import edits as iv
     from attndyn.models.decoder_geometry import _twin_model, twin_update
 
     branches = list(branches or [])

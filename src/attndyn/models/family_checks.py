@@ -5,10 +5,10 @@
   :data:`ROPE_SPEC` the entries of ``rope_parameters`` / ``rope_scaling``; ``layer_types`` one known kind per layer.
 * :data:`FORWARD_KEYS`: the config keys that change the forward pass, each with the test of its *effective*
   value; :func:`check_config` refuses, by name, one that is on while the row does not implement it
-  (:attr:`~attndyn.models.architectures.Family.implements`).
+  (:attr:`~attndyn.models.families.Family.implements`).
 * :data:`LAYOUT_READS` / :func:`check_layout`: the traits each tensor layout's reader reads; a row claiming
   another value is refused naming the trait. :func:`files_reader_reads`: whether the LLaMA/Gemma 3 folder
-  reader of :mod:`~attndyn.models.decoder_files` reads every trait of a row (else the family reader does).
+  reader of :mod:`~attndyn.models.hf_files` reads every trait of a row (else the family reader does).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attndyn.models import file_checks as fc
 from attndyn.models.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from attndyn.models.architectures import Family
+    from attndyn.models.families import Family
 
 # --- the configuration: every value typed where the row declares it, every forward-changing key refused unless implemented
 
@@ -34,6 +34,7 @@ def _flag(key: str) -> Callable[[dict], bool]:
 # what they do; a family implements those :meth:`Family.implements` lists, any other one is refused by name
 FORWARD_KEYS: dict[str, tuple[str, Callable[[dict], bool]]] = {
     "attention_bias": ("biases on the attention maps", _flag("attention_bias")),
+    "use_qkv_bias": ("biases on the query, key and value maps", _flag("use_qkv_bias")),  # StableLM's key
     "mlp_bias": ("biases on the feed-forward maps", _flag("mlp_bias")),
     "qk_layernorm": ("LayerNorm of queries and keys", _flag("qk_layernorm")),
     "use_qk_norm": ("a norm of queries and keys", _flag("use_qk_norm")),
@@ -77,7 +78,7 @@ CONFIG_SPEC = {
 } | {
     key: fc.Flag()
     for key in (
-        "tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "qk_layernorm", "use_qk_norm",
+        "tie_word_embeddings", "use_sliding_window", "attention_bias", "use_qkv_bias", "mlp_bias", "qk_layernorm", "use_qk_norm",
         "use_parallel_residual", "parallel_attn", "alibi", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
         "reorder_and_upcast_attn",
     )
@@ -124,7 +125,8 @@ def _check_layer_types(config: dict, where: str) -> None:
 _FUSED_LN = {"norm_placement": ("pre",), "qk_norm": ("none",), "gated_ffn": (False,), "norm_offset": (0.0,), "embed_scaled": (False,),
              "gqa": (False,), "sliding_window": ("none",), "softcap": (False,)}  # fmt: skip
 LAYOUT_READS: dict[str, dict[str, tuple]] = {
-    "split": {"fused": ("none", "qkv+gate_up"), "rotary": ("full", "partial")},
+    # the split reader reads no norm biases: a LayerNorm row (whose norms carry them) takes another layout
+    "split": {"fused": ("none", "qkv+gate_up"), "rotary": ("full", "partial"), "norm": ("rms",)},
     "neox": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("full", "partial")},
     "conv1d": _FUSED_LN | {"fused": ("qkv",), "norm": ("layer",), "biases": ("all",), "rotary": ("learned",), "reader": ("files",)},
 }
@@ -152,7 +154,7 @@ def check_layout(fam: Family) -> None:
 
 
 def files_reader_reads(fam: Family) -> bool:
-    """Whether :func:`~attndyn.models.decoder_files.read_hf_llama` reads every trait of ``fam`` as the row says."""
+    """Whether :func:`~attndyn.models.hf_files.read_hf_llama` reads every trait of ``fam`` as the row says."""
     return fam.reader == "files" and (fam.layout == "conv1d" or any(all(getattr(fam, k) == v for k, v in p.items()) for p in FILES_READS))
 
 

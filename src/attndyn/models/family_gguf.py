@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attndyn.models.architectures import family_of_gguf, read_hf_family
+from attndyn.models.architectures import read_hf_family
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers
 from attndyn.models.errors import CheckpointError
+from attndyn.models.families import family_of_gguf
+from attndyn.models.tokenizers import check_tokenizer
 
 # llama.cpp's tensor names for the Hugging Face ones: the names gguf's TensorNameMap gives them
 # (gguf/tensor_mapping.py, what convert_hf_to_gguf.py writes), per family; a test writes files with gguf's map
@@ -148,8 +150,6 @@ def gpt2_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: object, 
     then key, then value rows; every map and both LayerNorms carry biases; ``position_embd`` holds the
     learned positions, one row per position of ``context_length``; the tanh GELU. A file without
     ``output.weight`` ties the output head to the token embedding, as llama.cpp does."""
-    from attndyn.models.decoder_files import check_tokenizer
-
     H, d, L = meta["heads"], meta["d"], meta["layers"]
     if meta["kv_heads"] != H:
         raise CheckpointError(f"{source}: gpt2.attention.head_count_kv = {meta['kv_heads']}; GPT-2 has no grouped-query attention (head_count = {H})")

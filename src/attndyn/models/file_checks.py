@@ -31,13 +31,17 @@ import json
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attndyn.models.errors import CheckpointError, ModelFileError  # noqa: F401 (importers use file_checks.ModelFileError)
+
+if TYPE_CHECKING:
+    import gguf
 
 MAX_LAYERS = 1024
 MAX_HEADS = 4096
@@ -360,3 +364,29 @@ def gguf_counts(path: Path) -> tuple[int, int]:
             f"{path} is not a readable GGUF file: its header declares {n_tensors} tensors and {n_kv} metadata keys, more than its {size} bytes hold"
         )
     return n_tensors, n_kv
+
+
+# --- GGUF metadata: the values of a gguf.GGUFReader's fields (the caller types them) -----------------------
+
+
+def gguf_values(reader: gguf.GGUFReader, path: Path, keys: Iterable[str]) -> dict:
+    """The metadata values of ``keys`` present in the file (``ReaderField.contents()``)."""
+    values = {}
+    for key in keys:
+        f = reader.fields.get(key)
+        if f is not None:
+            try:
+                values[key] = f.contents()
+            except Exception as err:  # a field whose parts do not decode
+                raise ModelFileError(f"{path}: the metadata key {key!r} cannot be decoded ({type(err).__name__})") from None
+    return values
+
+
+def gguf_field(reader: gguf.GGUFReader, path: Path, key: str, default: object = None) -> object:
+    """One metadata value (untyped: the caller checks it); ModelFileError naming the key when absent without a default."""
+    value = gguf_values(reader, path, [key]).get(key)
+    if value is None:
+        if default is not None:
+            return default
+        raise ModelFileError(f"{path}: the metadata key {key!r} is missing")
+    return value

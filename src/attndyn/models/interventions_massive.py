@@ -4,7 +4,7 @@ activations appear and stay, set them to zero or to their mean there, beside nul
 The rules, stated before running:
 
 - An entry (token t, dimension j) of a prompt's state after block l is *massive* when its magnitude exceeds
-  :data:`~attndyn.models.interventions.MASSIVE` (100) times the median magnitude of that prompt's state
+  :data:`~attndyn.models.edits.MASSIVE` (100) times the median magnitude of that prompt's state
   after block l.
 - Sun et al. see massive activations appear abruptly at one early layer, stay roughly constant through the
   middle layers and fade in the last few. An entry of a prompt *appears and stays* at block l when it is
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from attndyn.models import interventions as iv
+from attndyn.models import edit_effects, edits
 
 if TYPE_CHECKING:
     from attndyn.models.decoder import Decoder
@@ -53,7 +53,7 @@ MEAN_RULE = (
 def massive_mask(x: torch.Tensor) -> torch.Tensor:
     """``(n, d)`` booleans: the entries of one prompt's state ``x`` above MASSIVE x its median magnitude."""
     a = x.abs()
-    return a > iv.MASSIVE * a.median()
+    return a > edits.MASSIVE * a.median()
 
 
 def window_end(layers: int) -> int:
@@ -102,8 +102,8 @@ def role_means(states: list[torch.Tensor], entries: list[list[tuple[int, int]]])
 
 def massive_plans(states: list[torch.Tensor], entries: list[list[tuple[int, int]]], block: int, draws: int, seed: int) -> list[dict]:
     """The zero and mean edits per prompt (module docstring) with ``draws`` draws of each null, as
-    :func:`attndyn.models.interventions.evaluate` takes them."""
-    from attndyn.models.interventions import Edit
+    :func:`attndyn.models.edit_effects.evaluate` takes them."""
+    from attndyn.models.edits import Edit
 
     k = (block, block)
     g = groups(entries)
@@ -158,7 +158,7 @@ def massive_study(
     prompts' plain states (``(L + 1, n, d)`` each)."""
     k, entries = step_up(hidden)
     out: dict = {
-        "threshold": f"{iv.MASSIVE:g} x the median magnitude",
+        "threshold": f"{edits.MASSIVE:g} x the median magnitude",
         "step_up_rule": STEP_UP_RULE,
         "window_end": window_end(len(decoder.layers)),
         "first_massive_block": first_massive(hidden),
@@ -172,7 +172,7 @@ def massive_study(
     out["massive_per_prompt"] = [int(massive_mask(x).sum()) for x in states]
     out["mean_rule"] = MEAN_RULE
     out["means"] = [{"role": r, "dim": j, "mean": m, "count": len(groups(entries)[(r, j)])} for (r, j), m in role_means(states, entries).items()]
-    rec = iv.evaluate(decoder, prompts, len(prompts), massive_plans(states, entries, k, draws, seed), draws=draws, dtype=dtype, seed=seed)
+    rec = edit_effects.evaluate(decoder, prompts, len(prompts), massive_plans(states, entries, k, draws, seed), draws=draws, dtype=dtype, seed=seed)
     z, m = rec["edits"]
     z_lo = z["ppl_ratio_interval"][0]
     out["edits"] = rec["edits"]

@@ -6,12 +6,20 @@ Pure functions of NumPy arrays (a token matrix ``(n, d)`` or an attention matrix
 I/O: ``mean_cosine`` (mean pairwise cosine similarity), ``effective_rank`` (the exponential of the
 entropy of the normalised singular values), ``most_attended`` (the tokens whose columns receive the most
 attention, a proxy for the paper's leaders of Theorem 2.1 of arXiv 2305.05465, which
-``attndyn.analysis.lowrank.leaders`` computes exactly from the Boolean part of P).
+``attndyn.analysis.lowrank.leaders`` computes exactly from the Boolean part of P). The first two divide
+each token by its norm: ``zero_norm_rows`` names the tokens for which they are undefined, which the
+pages refuse before computing them.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def zero_norm_rows(x: np.ndarray) -> list[int]:
+    """The rows of ``x`` ``(n, d)`` whose norm is zero: a zero vector has no direction, so its cosine with
+    any token (and the unit-normalised matrix of :func:`effective_rank`) is undefined."""
+    return [int(k) for k in np.flatnonzero(np.linalg.norm(x, axis=-1) == 0)]
 
 
 def mean_cosine(x: np.ndarray) -> float:

@@ -1,6 +1,6 @@
 """Tokenizers of trained decoders: rebuilt from a GGUF file's metadata, or read from a folder's ``tokenizer.json``.
 
-Moved here from :mod:`attndyn.models.decoder_files`, which imports them. The GGUF readers take the file's
+Moved here from :mod:`attndyn.models.decoder_files`, which imports them (nothing here imports it back). The GGUF readers take the file's
 ``gguf.GGUFReader`` and check every list before it is used; every refusal is a
 :class:`~attndyn.models.file_checks.ModelFileError` naming the file and the key.
 """
@@ -17,18 +17,6 @@ from attndyn.models.file_checks import ModelFileError
 
 if TYPE_CHECKING:
     import gguf
-
-
-def _gguf_values(reader, path: Path, keys) -> dict:
-    from attndyn.models.decoder_files import _gguf_values as values
-
-    return values(reader, path, keys)
-
-
-def _field(reader, path: Path, key: str, default=None):
-    from attndyn.models.decoder_files import _field as field
-
-    return field(reader, path, key, default)
 
 
 def check_tokenizer(tokenizer: object, vocab: int, where: str) -> None:
@@ -77,7 +65,7 @@ TOKENIZER_CACHE = "tokenizer2"  # the cached tokenizer's name: 2 = split by toke
 def pre_tokenizer_name(reader: gguf.GGUFReader, path: Path, model: str) -> str:
     """The file's ``tokenizer.ggml.pre`` (absent: ``gpt2`` for byte-level BPE, ``default`` for SentencePiece);
     ModelFileError naming a value this module has no split rule for."""
-    pre = _gguf_values(reader, path, ["tokenizer.ggml.pre"]).get("tokenizer.ggml.pre")
+    pre = fc.gguf_values(reader, path, ["tokenizer.ggml.pre"]).get("tokenizer.ggml.pre")
     if pre is None:
         return "gpt2" if model == "gpt2" else "default"
     known = BPE_SPLITS if model == "gpt2" else SPM_PRE
@@ -92,7 +80,7 @@ def _gguf_tokenizer(reader, path: Path):
     """The tokenizer of a GGUF file: byte-level BPE (``gpt2`` model, split by the file's ``tokenizer.ggml.pre``)
     or SentencePiece (``llama`` model, rebuilt by :func:`_spm_tokenizer`); None for other tokenizer models. Every
     list is checked (tokens strings, merges pairs of tokens, scores numbers, types integers) before it is used."""
-    model = _gguf_values(reader, path, ["tokenizer.ggml.model"]).get("tokenizer.ggml.model")
+    model = fc.gguf_values(reader, path, ["tokenizer.ggml.model"]).get("tokenizer.ggml.model")
     if model not in ("llama", "gpt2"):
         return None
     pre = pre_tokenizer_name(reader, path, model)
@@ -114,8 +102,8 @@ def _bpe_tokenizer(reader, path: Path, pre: str = "gpt2"):
     byte strings and is left out, as ``transformers`` does."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
-    merges = _field(reader, path, "tokenizer.ggml.merges")
+    tokens = _strings(fc.gguf_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
+    merges = fc.gguf_field(reader, path, "tokenizer.ggml.merges")
     if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
         raise ModelFileError(f"{path}: tokenizer.ggml.merges is not a list of strings")
     vocab = {tok: i for i, tok in enumerate(tokens)}
@@ -137,7 +125,7 @@ def _bpe_tokenizer(reader, path: Path, pre: str = "gpt2"):
         split = pre_tokenizers.Split(Regex(rule), behavior="isolated")
         tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
-    types = _field(reader, path, "tokenizer.ggml.token_type", [])
+    types = fc.gguf_field(reader, path, "tokenizer.ggml.token_type", [])
     if types:
         types = _numbers(types, path, "tokenizer.ggml.token_type", len(tokens), integer=True)
         alphabet = set(pre_tokenizers.ByteLevel.alphabet())
@@ -161,10 +149,10 @@ def _spm_tokenizer(reader, path: Path):
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
-    tokens = _strings(_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
-    scores = _numbers(_field(reader, path, "tokenizer.ggml.scores"), path, "tokenizer.ggml.scores", len(tokens))
-    types = _numbers(_field(reader, path, "tokenizer.ggml.token_type"), path, "tokenizer.ggml.token_type", len(tokens), integer=True)
-    prefix = _field(reader, path, "tokenizer.ggml.add_space_prefix", False)
+    tokens = _strings(fc.gguf_field(reader, path, "tokenizer.ggml.tokens"), path, "tokenizer.ggml.tokens")
+    scores = _numbers(fc.gguf_field(reader, path, "tokenizer.ggml.scores"), path, "tokenizer.ggml.scores", len(tokens))
+    types = _numbers(fc.gguf_field(reader, path, "tokenizer.ggml.token_type"), path, "tokenizer.ggml.token_type", len(tokens), integer=True)
+    prefix = fc.gguf_field(reader, path, "tokenizer.ggml.add_space_prefix", False)
     if not isinstance(prefix, bool):
         raise ModelFileError(f"{path}: tokenizer.ggml.add_space_prefix = {prefix!r} is not true or false")
     if prefix:
@@ -179,7 +167,8 @@ def _spm_tokenizer(reader, path: Path):
             if a in vocab and b in vocab:
                 merges.append((-scores[i], i, a, b))
     merges.sort()
-    unk = fc.as_int(_field(reader, path, "tokenizer.ggml.unknown_token_id", 0), str(path), "tokenizer.ggml.unknown_token_id", 0, len(tokens) - 1)
+    unk_key = "tokenizer.ggml.unknown_token_id"
+    unk = fc.as_int(fc.gguf_field(reader, path, unk_key, 0), str(path), unk_key, 0, len(tokens) - 1)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for _, _, a, b in merges], byte_fallback=True, fuse_unk=True, unk_token=tokens[unk]))
     tok.normalizer = normalizers.Replace(" ", "\u2581")
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])

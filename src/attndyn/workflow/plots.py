@@ -18,6 +18,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
 
 from attndyn.workflow.files import atomic_write_bytes
 
@@ -51,7 +52,7 @@ def styled(fn: Callable) -> Callable:
         if isinstance(out, Figure):  # every log axis labelled (issue 33: none over 18 decades)
             for ax in out.axes:
                 for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
-                    if scale == "log":
+                    if scale == "log" and not isinstance(axis.get_major_locator(), FixedLocator):  # ticks set at data values stay
                         _plain_log_ticks(axis)
         return out
 
@@ -646,28 +647,70 @@ def density_movie(path: str | Path, ts: np.ndarray, theta: np.ndarray, rho: np.n
     return write_gif(path, setup, update, len(frames), figsize=(5.5, 3.5))
 
 
+def _grid_edges(centres: np.ndarray, log: bool) -> np.ndarray:
+    """Cell edges midway between grid values (on a log axis, midway in log), the outer cells as wide as their neighbours."""
+    c = np.log(centres) if log else centres
+    if len(c) == 1:
+        edges = np.array([c[0] - 0.5, c[0] + 0.5]) if not log else np.array([c[0] - 0.1, c[0] + 0.1])
+    else:
+        mid = (c[1:] + c[:-1]) / 2
+        edges = np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
+    return np.exp(edges) if log else edges
+
+
 @styled
 def grid_heatmap(
-    x: np.ndarray, y: np.ndarray, values: np.ndarray, *, xlabel: str, ylabel: str, label: str, title: str = "", curve: dict | None = None
+    x: np.ndarray,
+    y: np.ndarray,
+    values: np.ndarray,
+    *,
+    xlabel: str,
+    ylabel: str,
+    label: str,
+    title: str = "",
+    curve: dict | None = None,
+    xscale: str = "linear",
+    yscale: str = "linear",
 ) -> Figure:
-    """``values`` ``(len(y), len(x))`` as a heat map over two sweep axes, with optional overlaid curves (label -> (x, y))."""
+    """``values`` ``(len(y), len(x))`` as a heat map over two sweep axes, with optional overlaid curves (label -> (x, y)).
+
+    An axis's ``scale`` says how its grid is drawn: ``"linear"`` or ``"log"`` (cells centred on the values,
+    edges midway, on a linear or log axis), ``"uneven"`` or ``"category"`` (one equal cell per value, labelled
+    with it: an uneven grid drawn on a linear axis would suggest values between the grid's). Ticks sit at the
+    measured values where an axis has at most 12, and a dot marks each measured point where each axis has at
+    most 30 values."""
     fig, ax = _subplots(figsize=(6.5, 4.2))
-    numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in (x, y)]
-    xs = np.asarray(x, dtype=float) if numeric[0] else np.arange(len(x))
-    ys = np.asarray(y, dtype=float) if numeric[1] else np.arange(len(y))
-    image = ax.pcolormesh(xs, ys, np.asarray(values, dtype=float), shading="nearest", cmap=_cmap("viridis"))
+    positions, edges = [], []
+    for values_, scale in ((x, xscale), (y, yscale)):
+        v = np.asarray(values_)
+        if scale in ("uneven", "category") or not np.issubdtype(v.dtype, np.number):
+            pos = np.arange(len(v), dtype=float)
+            positions.append(pos)
+            edges.append(_grid_edges(pos, False))
+        else:
+            pos = v.astype(float)
+            positions.append(pos)
+            edges.append(_grid_edges(pos, scale == "log"))
+    xs, ys = positions
+    image = ax.pcolormesh(edges[0], edges[1], np.asarray(values, dtype=float), shading="flat", cmap=_cmap("viridis"))
     fig.colorbar(image, ax=ax, label=label)
-    if not numeric[0]:
-        ax.set_xticks(xs, [str(v) for v in x])
-    if not numeric[1]:
-        ax.set_yticks(ys, [str(v) for v in y])
+    for axis, values_, pos, scale in (("x", x, xs, xscale), ("y", y, ys, yscale)):
+        categorical = scale in ("uneven", "category") or not np.issubdtype(np.asarray(values_).dtype, np.number)
+        if scale == "log" and not categorical:
+            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        if categorical or len(pos) <= 12:
+            (ax.set_xticks if axis == "x" else ax.set_yticks)(pos, [f"{v:g}" if isinstance(v, int | float | np.number) else str(v) for v in values_])
+            (ax.xaxis if axis == "x" else ax.yaxis).set_minor_locator(NullLocator())
+    if len(xs) <= 30 and len(ys) <= 30:
+        gx, gy = np.meshgrid(xs, ys)
+        ax.plot(gx.ravel(), gy.ravel(), ".", color="white", ms=3, alpha=0.8, label="_grid")
     for k, (name, (cx, cy)) in enumerate((curve or {}).items()):
         ax.plot(cx, cy, "--", color=["white", "#D55E00", "#E69F00"][k % 3], lw=1.5, label=name)
     if curve:
         ax.legend(fontsize=8, loc="upper left")
-        ax.set_ylim(ys.min(), ys.max())
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+        ax.set_ylim(edges[1].min(), edges[1].max())
+    ax.set_xlabel(xlabel + (" (uneven grid: one cell per value)" if xscale == "uneven" else ""))
+    ax.set_ylabel(ylabel + (" (uneven grid: one cell per value)" if yscale == "uneven" else ""))
     ax.set_title(title or f"{label} over ({xlabel}, {ylabel})")
     return fig
 

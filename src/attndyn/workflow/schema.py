@@ -16,6 +16,7 @@ G ~ N(0, scale^2), ``bbt`` B B^T with B ~ U[-scale, scale]; ``m`` rows for Q and
 
 from __future__ import annotations
 
+import difflib
 import math
 from pathlib import Path
 from typing import Literal
@@ -233,11 +234,42 @@ _EXPECTED = {
 _TOML_TYPE = {bool: "the boolean", int: "the integer", float: "the float", str: "the string", list: "the list", dict: "the table"}
 
 
-def _one_line(err: ValidationError) -> str:
-    first = err.errors()[0]
+def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys a config table accepts at ``loc`` (the path of its parent tables), or [] where unknown."""
+    models: list[type[BaseModel]] = [model]
+    for part in loc:
+        found: list[type[BaseModel]] = []
+        for m in models:
+            field = m.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                continue
+            stack = [field.annotation]
+            while stack:
+                tp = stack.pop()
+                if isinstance(tp, type) and issubclass(tp, BaseModel):
+                    found.append(tp)
+                else:
+                    stack.extend(getattr(tp, "__args__", ()))
+        if not found:
+            return []
+        models = found
+    return sorted({key for m in models for key in m.model_fields})
+
+
+def _one_line(err: ValidationError, model: type[BaseModel] | None = None) -> str:
+    errors = err.errors()
+    # a misspelt key is both unknown and a missing required one: name the unknown key, which says what to fix
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(p) for p in first["loc"]) or "config"
     msg = first["msg"].removeprefix("Value error, ")
     value = first.get("input")
+    if first["type"] == "extra_forbidden" and first["loc"]:
+        key = str(first["loc"][-1])
+        known = _keys_at(model, tuple(first["loc"][:-1])) if model is not None else []
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else (f"; the keys here are {', '.join(known)}" if known else "")
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        return f"{loc}: unknown key{hint}{more}"
     if first["type"] in _EXPECTED:  # strict mode: no conversion, so say what was given and what is expected
         given = "true" if value is True else "false" if value is False else repr(value)
         if isinstance(value, list | dict) and len(repr(value)) > 60:
@@ -254,7 +286,7 @@ def parse_config(data: dict) -> SimulationConfig:
     try:
         return SimulationConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_one_line(err)) from None
+        raise ConfigError(_one_line(err, SimulationConfig)) from None
 
 
 def read_toml(path: str | Path) -> dict:
@@ -313,7 +345,7 @@ def load_meanfield_config(path: str | Path) -> MeanFieldConfig:
     try:
         return MeanFieldConfig.model_validate(read_toml(path))
     except ValidationError as err:
-        raise ConfigError(_one_line(err)) from None
+        raise ConfigError(_one_line(err, MeanFieldConfig)) from None
 
 
 class SweepError(UserError):

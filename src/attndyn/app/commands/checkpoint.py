@@ -154,7 +154,7 @@ def _is_decoder(path: str) -> bool:
     if path.lower() in ("smollm2", "gemma3", *NAMED) or p.suffix == ".gguf":
         return True
     try:
-        from attndyn.models.architectures import encoder_model_types
+        from attndyn.models.families import encoder_model_types
 
         # every folder that is not an encoder's goes to the decoder reader, which names an unknown model_type
         return (p / "config.json").is_file() and json.loads((p / "config.json").read_text()).get("model_type") not in encoder_model_types()

@@ -89,6 +89,7 @@ def reproduce(
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         console=err_console,
+        disable=not err_console.is_terminal,  # off a terminal: the plain lines below, and no bar drawn into a log
     )
     verdicts, errors, interrupted = {}, {}, False
     # a second process draws claim k's figures while claim k + 1 computes (two cores or more)
@@ -210,15 +211,25 @@ def judge(run_dir: Annotated[Path, typer.Argument(help="A claim's run folder wri
         record = judge_folder(run_dir)
     except JudgeError as err:
         fail(str(err))
-    table = Table(title=f"{record['id']}: {record['verdict']}")
-    for col in ("check", "value (worst case)", "threshold", "margin", "cases", "verdict", "detects"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for name, c in record["checks"].items():
         verdict = "report" if c.passed is None else ("pass" if c.passed else "FAIL")
         value = f"{c.value:.4g}" + (f" ({c.worst_case})" if c.worst_case else "")
         margin = "-" if c.margin is None else f"{c.margin:.3g}"
-        table.add_row(name, value, c.threshold, margin, "-" if c.n_judged is None else str(c.n_judged), verdict, c.detects or "-")
-    console.print(table)
+        rows.append((name, value, c.threshold, margin, "-" if c.n_judged is None else str(c.n_judged), verdict, c.detects or "-"))
+    if console.is_terminal:
+        table = Table(title=f"{record['id']}: {record['verdict']}")
+        for col in ("check", "value (worst case)", "threshold", "margin", "cases", "verdict", "detects"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:
+        # piped or redirected: one unwrapped line per check, which grep and a log keep whole (a table at the
+        # pipe's default width of 80 folds every cell mid-word)
+        print(f"{record['id']}: {record['verdict']}")
+        for name, value, threshold, margin, cases, verdict, detects in rows:
+            print(f"{verdict}: {name}; value (worst case) {value}; threshold {threshold}; margin {margin}; cases {cases}; detects: {detects}")
     if record["recorded_verdict"] not in (None, record["verdict"]):
         say(f"the recorded verdict was {record['recorded_verdict']!r}; judged again from the saved data it is {record['verdict']!r}", label="changed")
     raise typer.Exit(1 if record["verdict"] == "fail" else 0)

@@ -38,6 +38,7 @@ def intervene(
     from attndyn.models import interventions as iv
     from attndyn.models.bert import CheckpointError
     from attndyn.models.decoder_files import load_decoder
+    from attndyn.models.file_checks import display_name
     from attndyn.workflow import ownership
     from attndyn.workflow.files import write_json
 
@@ -91,7 +92,9 @@ def intervene(
                 else iv.plain_record(decoder, ids, dtype=torch_dtype, progress=lambda i, n: stage("the plain prompts", i, n))
             )
             record.update(plain)
-    record.update(model=decoder.name, dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
+    # the file (or folder) read, as the findings pages name it; a GGUF's internal name ('Smollm2 135M 8k Lc100K ...') beside it
+    record.update(model=display_name(Path(decoder.source).name), model_name=decoder.name)
+    record.update(dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
     owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
     ownership.clear(owner)
     write_json(owner.folder / "interventions.json", record)

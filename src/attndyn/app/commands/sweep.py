@@ -94,6 +94,7 @@ def sweep(
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err_console,
+        disable=not err_console.is_terminal,  # off a terminal: the plain lines below, and no bar drawn into a log
     )
     task = bar.add_task("sweep", total=None)
     start = time.perf_counter()
@@ -108,7 +109,16 @@ def sweep(
             bar.console.print(f"sweep: {done} of {total} tasks done, {time.perf_counter() - start:.0f} s elapsed", markup=False, highlight=False)
 
     try:
-        summary = run_sweep(target, out, workers=workers, scheduler=scheduler, progress=update, allow_import=allow_import, repair=repair)
+        summary = run_sweep(
+            target,
+            out,
+            workers=workers,
+            scheduler=scheduler,
+            progress=update,
+            allow_import=allow_import,
+            repair=repair,
+            notice=lambda line: say(line, label="sweep", style="bold"),
+        )
     except KeyboardInterrupt:
         bar.stop()
         from attndyn.app.ledger import status
