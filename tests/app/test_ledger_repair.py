@@ -42,6 +42,15 @@ ROW0 = "SELECT {id}, {coords}, status, attempts, error, seconds, fingerprint FRO
 RESULT0 = "SELECT {id}, coords, fingerprint, data FROM results WHERE task_id = 0"
 OFF_GRID = "'{\"model.beta\": 8.0}'"
 NO_KEY = "CREATE TABLE t2 AS SELECT * FROM {t}; DROP TABLE {t}; ALTER TABLE t2 RENAME TO {t};"
+# The same table with a composite key (task_id, another column): two rows of one task fit the key.
+TWO_KEYS = (
+    "CREATE TABLE t2 ({columns}, PRIMARY KEY (task_id, {second})); INSERT INTO t2 SELECT * FROM {t}; DROP TABLE {t}; ALTER TABLE t2 RENAME TO {t};"
+)
+TASK_COLUMNS = (
+    "task_id INTEGER, coords TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+    "error TEXT, seconds REAL, fingerprint TEXT NOT NULL"
+)
+RESULT_COLUMNS = "task_id INTEGER, coords TEXT NOT NULL, fingerprint TEXT NOT NULL, data BLOB NOT NULL"
 
 DAMAGES = [
     Damage("task-outside-the-grid", "INSERT INTO tasks " + ROW0.format(id=7, coords=OFF_GRID) + "; INSERT INTO results " + RESULT0.format(id=7),
@@ -73,6 +82,18 @@ DAMAGES = [
            "tasks table has no primary key on task_id", aside=-1),
     Damage("results-without-primary-key", NO_KEY.format(t="results") + f"INSERT INTO results {RESULT0.format(id=0)};",
            "results table has no primary key on task_id", aside=-1),
+    Damage("tasks-keyed-on-task-and-status",
+           TWO_KEYS.format(t="tasks", columns=TASK_COLUMNS, second="status")
+           + "INSERT INTO tasks SELECT task_id, coords, 'pending', 0, NULL, NULL, fingerprint FROM tasks WHERE task_id = 0;",
+           "tasks table has no primary key on task_id alone", aside=-1),
+    Damage("results-keyed-on-task-and-fingerprint",
+           TWO_KEYS.format(t="results", columns=RESULT_COLUMNS, second="fingerprint")
+           + "INSERT INTO results SELECT 0, coords, 'f00d', data FROM results WHERE task_id = 1;",
+           "results table has no primary key on task_id alone", aside=-1),
+    Damage("meta-keyed-on-key-and-value",
+           "CREATE TABLE m2 (key TEXT, value TEXT NOT NULL, PRIMARY KEY (key, value)); INSERT INTO m2 SELECT * FROM meta; "
+           "DROP TABLE meta; ALTER TABLE m2 RENAME TO meta; INSERT INTO meta VALUES ('tasks', '5');",
+           "meta table has no primary key on key alone", aside=-1),
 ]  # fmt: skip
 
 

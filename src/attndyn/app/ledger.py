@@ -157,12 +157,24 @@ def structure(db: sqlite3.Connection) -> tuple[list[str], list[str]]:
             lacks.append(f"its {name} table is missing")
         elif set(columns) - set(info):
             lacks.append(f"its {name} table lacks the column(s) {', '.join(sorted(set(columns) - set(info)))}")
-        elif name != "meta" and (info["task_id"][5] != 1 or str(info["task_id"][2]).upper() != "INTEGER"):
+        elif name != "meta" and (_key_of(info) != ["task_id"] or str(info["task_id"][2]).upper() != "INTEGER"):
+            # task_id alone: a composite key such as (task_id, status) lets two rows hold one task
             cannot.append(
-                f"its {name} table has no primary key on task_id, so rows of one task cannot be told apart "
+                f"its {name} table has no primary key on task_id alone, so rows of one task cannot be told apart "
+                "(the table was made again by something other than attndyn)"
+            )
+        elif name == "meta" and _key_of(info) != ["key"]:
+            cannot.append(
+                f"its meta table has no primary key on key alone, so one setting can hold two values "
                 "(the table was made again by something other than attndyn)"
             )
     return lacks, cannot
+
+
+def _key_of(info: dict) -> list[str]:
+    """A table's primary-key columns in key order, from ``PRAGMA table_info`` rows (field 5: the
+    column's 1-based place in the key, 0 outside it)."""
+    return [row[1] for row in sorted(info.values(), key=lambda row: row[5]) if row[5]]
 
 
 def audit(db: sqlite3.Connection, spec: dict, fingerprint: str, where: str) -> tuple[list[tuple[str, int, str]], list[int], int]:
