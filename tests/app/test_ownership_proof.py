@@ -12,6 +12,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,10 @@ __attribute__((constructor)) static void planted(void) {
 class Ctx:
     """A case's scratch folder: copies of a finished run and sweep, foreign files on demand."""
 
-    def __init__(self, root: Path, pristine: Path, monkeypatch):
+    def __init__(self, root: Path, pristine: Path, monkeypatch, finalize: Callable[[Callable[[], None]], None] = lambda f: None):
         self.root, self.pristine, self.mp = root, pristine, monkeypatch
         self.checks: list[Callable[[], None]] = []
+        self.finalize = finalize  # what must run whether the case passed or not (unmounting)
 
     def file(self, rel: str, text: str = "a researcher's file\n") -> Path:
         path = self.root / rel
@@ -329,6 +331,13 @@ def _adopt_refused(c: Ctx, how: str):
     elif how == "mount-point":
         real = os.path.ismount
         c.mp.setattr(os.path, "ismount", lambda p: os.path.realpath(p) == os.path.realpath(site) or real(p))
+    elif how == "mount-inside":  # a real bind mount of another folder of the same file system (same device number)
+        (site / "disk").mkdir()
+        c.file("elsewhere/theirs.txt")
+        if os.getuid() != 0 or subprocess.run(["mount", "--bind", str(c.root / "elsewhere"), str(site / "disk")],
+                                              capture_output=True, check=False).returncode != 0:  # fmt: skip
+            pytest.skip("a bind mount needs root and a container that allows mount")
+        c.finalize(lambda: subprocess.run(["umount", str(site / "disk")], check=True))
     return ["simulate", c.config(), "--out", str(site), "--force-adopt"], [site]
 
 
@@ -426,7 +435,8 @@ CASES = [
       for how, says in (("parent-of-home", "home folder"), ("current-folder-parent", "current folder"), ("current-folder", "current folder"),
                         ("sticky", "sticky"), ("world-writable", "world-writable"), ("fifo", "pipe (a FIFO)"), ("socket", "s (a socket)"),
                         ("x11-unix", ".X11-unix/X0 (a socket)"), ("device", "null (a device)"),
-                        ("other-user", "sub/theirs.txt (uid 4321)"), ("mount-point", "mount point"))),
+                        ("other-user", "sub/theirs.txt (uid 4321)"), ("mount-point", "mount point"),
+                        ("mount-inside", "holds mount points: disk"))),
     Case("fa-simulate-force-adopt", "force-adopt",
          lambda c: _force_adopt(c, lambda c: ["simulate", c.config(), "--out", str(c.root / "site"), "--force-adopt"]), code=0),
 ]  # fmt: skip
@@ -445,7 +455,7 @@ def pristine(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_ownership_case(case, pristine, tmp_path, monkeypatch, capsys):
+def test_ownership_case(case, pristine, tmp_path, monkeypatch, capsys, request):
     from attndyn.models.bert import cache_dir
 
     monkeypatch.setenv("ATTNDYN_CACHE", str(cache_dir()))
@@ -457,7 +467,7 @@ def test_ownership_case(case, pristine, tmp_path, monkeypatch, capsys):
     # no preview: a system Chromium writes its profile under $HOME, which the cases hash as a foreign tree
     monkeypatch.setenv("ATTNDYN_CHROMIUM", str(tmp_path / "no-chromium"))
     monkeypatch.chdir(tmp_path)
-    ctx = Ctx(tmp_path / "w", pristine, monkeypatch)
+    ctx = Ctx(tmp_path / "w", pristine, monkeypatch, request.addfinalizer)
     ctx.root.mkdir()
     argv, foreign = case.build(ctx)
     foreign = [*foreign, home]

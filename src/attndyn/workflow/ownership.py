@@ -53,6 +53,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -694,8 +695,12 @@ def adopt_refusal(folder: Path, limit: int = 100_000) -> str | None:
         place = Path(os.path.realpath(place))
         if resolved == place or resolved in place.parents:
             return f"it is {what} or holds it ({place})"
-    if os.path.ismount(folder):
+    inner = _mount_points(resolved)
+    if os.path.ismount(folder) or resolved in inner:
         return "it is a mount point"
+    inner = [p for p in inner if resolved in p.parents]
+    if inner:  # another file system inside: moving its mount point would move what is not this folder's
+        return f"it holds mount points: {_shown([str(p.relative_to(resolved)) for p in inner])}"
     me = os.getuid()
     st = os.lstat(folder)
     if st.st_uid != me:
@@ -713,6 +718,8 @@ def adopt_refusal(folder: Path, limit: int = 100_000) -> str | None:
             rel = os.path.relpath(path, folder)
             if entry.st_uid != me:
                 others.append(f"{rel} (uid {entry.st_uid})")
+            if stat.S_ISDIR(entry.st_mode) and (entry.st_dev != st.st_dev or os.path.ismount(path)):
+                return f"it holds mount points: {rel}"
             kind = next(
                 (
                     k
@@ -728,6 +735,26 @@ def adopt_refusal(folder: Path, limit: int = 100_000) -> str | None:
     if special:
         return f"it holds what is not a file, folder or link: {_shown(special)}"
     return None
+
+
+def _mount_points(folder: Path) -> list[Path]:
+    """The mount points at or below ``folder`` (resolved) that the kernel lists (Linux's
+    ``/proc/self/mountinfo``; a bind mount of the same file system shares its device number, so
+    ``os.path.ismount`` alone misses it); empty where there is no such list."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        # field 5 is the mount point, with space, tab, newline and backslash written as octal escapes
+        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+        if point == folder or folder in point.parents:
+            found.append(point)
+    return found
 
 
 def _adopt(folder: Path) -> Path:
