@@ -165,7 +165,7 @@ def structure(db: sqlite3.Connection) -> tuple[list[str], list[str]]:
             )
         elif name == "meta" and _key_of(info) != ["key"]:
             cannot.append(
-                f"its meta table has no primary key on key alone, so one setting can hold two values "
+                "its meta table has no primary key on key alone, so one setting can hold two values "
                 "(the table was made again by something other than attndyn)"
             )
     return lacks, cannot

@@ -25,6 +25,8 @@ from attndyn.workflow import ownership
 from attndyn.workflow.schema import SweepError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import xarray as xr
     from matplotlib.figure import Figure
 
@@ -124,7 +126,7 @@ def export(folder: str | Path, fmt: str, path: str | Path | None = None) -> Path
     return target
 
 
-def grid_scale(values) -> str:
+def grid_scale(values: Sequence[object] | np.ndarray) -> str:
     """How a sweep axis's measured values are drawn: ``"linear"`` (evenly spaced, or fewer than 3),
     ``"log"`` (positive and geometric: evenly spaced on a log axis), ``"uneven"`` (neither: each value
     gets one equal cell, labelled with the value, so no cell suggests values between the grid's) or
