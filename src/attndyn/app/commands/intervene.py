@@ -22,6 +22,13 @@ def intervene(
     draws: Annotated[int, typer.Option("--draws", help="Draws of each edit's null (at least 5 for a decision).")] = 5,
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
+    save_activations: Annotated[
+        bool,
+        typer.Option(
+            "--save-activations",
+            help="Also write activations.safetensors: every prompt's residual states, plain and under each --edit (one more run).",
+        ),
+    ] = False,
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Edit a decoder's forward; each edit's loss beside its null.
@@ -92,11 +99,32 @@ def intervene(
                 else iv.plain_record(decoder, ids, dtype=torch_dtype, progress=lambda i, n: stage("the plain prompts", i, n))
             )
             record.update(plain)
+    saved = None
+    if save_activations:
+        from attndyn.models import activations
+
+        size = activations.nbytes(decoder, ids, len(specs), torch_dtype)
+        what = f"the residual states of {len(ids)} prompts, plain and under {len(specs)} edit(s) ({size / 2**20:.0f} MiB)"
+        with stage_progress("save activations", what) as stage:
+            try:
+                tensors, index = activations.record(decoder, ids, specs, dtype=torch_dtype, progress=lambda i, n: stage(what, i, n))
+            except (ValueError, CheckpointError) as err:
+                fail(str(err))
+        saved = (tensors, index)
     # the file (or folder) read, as the findings pages name it; a GGUF's internal name ('Smollm2 135M 8k Lc100K ...') beside it
     record.update(model=display_name(Path(decoder.source).name), model_name=decoder.name)
     record.update(dtype=dtype, seconds=time.perf_counter() - t0, draws=draws, prompts=len(ids))
     owner = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
     ownership.clear(owner)
+    if saved is not None:
+        from attndyn.workflow.provenance import provenance
+
+        tensors, index = saved
+        index.update(model=record["model"], model_name=record["model_name"], provenance=provenance())
+        ownership.write_bytes(owner.folder / "activations.safetensors", activations.to_bytes(tensors, index))
+        owner.add(owner.folder / "activations.safetensors")
+        record["activations"] = {"file": "activations.safetensors", "tensors": len(tensors), "bytes": size}
+        del tensors, saved
     write_json(owner.folder / "interventions.json", record)
     page(record, owner.folder)
     for e in record["edits"]:
@@ -104,4 +132,5 @@ def intervene(
     for r in record["studies"].get("theory", {}).get("per_layer", []):
         share = r["share_status"] if r["share"] is None else f"{r['share']:.3g} {r['share_interval']}"
         console.print(f"theory, layer {r['layer']}: gap uniform - plain {r['gap']:.4g} nats {r['gap_interval']}; share closed by the flow {share}")
-    console.print(f"wrote {owner.folder / 'interventions.json'} and index.html in {record['seconds']:.1f} s")
+    also = " and activations.safetensors" if save_activations else ""
+    console.print(f"wrote {owner.folder / 'interventions.json'}, index.html{also} in {record['seconds']:.1f} s")
