@@ -534,6 +534,49 @@ def test_hardmax_checks_fail_on_violations():
     assert finite.passed is None
 
 
+def test_hardmax_passes_at_seed_119_where_a_token_starts_near_its_vertex():
+    """Issue 46: at the quick size, seed 119, system 18's token 7 starts 0.0081 from its vertex. Its absolute
+    rounding is that of any token (about 9e-15), so its collinearity residual, divided by |z0 - s|^2, was
+    1.1e-12 against the old fixed 2e-13 (and its decay 2.64e-11 against 2.52e-11): a false alarm. Each
+    token's band now comes from its own z0 and vertex (0.3 s at the quick size)."""
+    from attndyn.claims.runner import config_for
+
+    module = load("hardmax")
+    result = module.run(config_for(module, seed=119, quick=True))
+    checks = {name.split()[0]: c for name, c in result.checks.items()}
+    assert result.verdict == "pass", {k: (c.value, c.threshold, c.worst_case) for k, c in checks.items()}
+    # the old constant band fails this very run: the near token's own residual is above 2e-13
+    zs = result.arrays["z"]
+    z = zs[0, 18]
+    s = z[(z @ z.T).argmax(1)[7]]
+    u, w = zs[:, 18, 7] - s, z[7] - s
+    assert np.linalg.norm(w) < 0.01
+    residual = np.abs(u[:, 0] * w[1] - u[:, 1] * w[0]).max() / (w @ w)
+    assert residual > 2e-13
+    assert residual < module.collinearity_band(z[7], s, 0.01)
+
+
+def test_hardmax_rounding_band_is_absolute_error_over_the_segment():
+    """The band is B / |z0 - s| with B = sqrt(2) eps z_max / (1 - R(-h)): it scales with 1 / |z0 - s| and with
+    the coordinates' size, and it is about 1.4 eps z_max / h."""
+    hm = load("hardmax")
+    eps = np.finfo(np.float64).eps
+    s = np.array([3.0, -4.0])
+    near, far = s + np.array([0.01, 0.0]), s + np.array([-1.0, 0.0])
+    h = 0.01
+    bound = hm.rounding_bound(near, s, h)
+    assert bound == pytest.approx(math.sqrt(2) * eps * 4.0 / h, rel=0.01)
+    assert hm.collinearity_band(near, s, h) == pytest.approx(bound / 0.01)
+    assert hm.collinearity_band(near, s, h) / hm.collinearity_band(far, s, h) == pytest.approx(100.0)
+    ts = np.arange(0, 51) * 0.1
+    band = hm.decay_band(near[None], s[None], h, ts)
+    assert band.shape == (1, 50)
+    assert band.min() >= 3 * 10 * hm.rk4_rate_error(h)
+    assert band[0, -1] > band[0, 0]  # the rounding weighs more as d shrinks
+    with pytest.raises(ValueError, match="h <= 0.2"):
+        hm.rounding_bound(near, s, 0.5)
+
+
 # --- high-dimensional ---------------------------------------------------------------------------
 
 
