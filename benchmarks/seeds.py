@@ -32,6 +32,15 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+# Run as `python benchmarks/seeds.py`, Python puts this script's folder first on sys.path, and there
+# benchmarks/kernels.py shadows the installed `kernels` package that transformers imports
+# (transformers.integrations.hub_kernels), so every claim that builds a transformers model
+# (trained-interventions) died with "ImportError: cannot import name ... from 'kernels'", in process
+# and in every worker alike. This script imports none of its neighbours: drop its folder from the path
+# before any claim is imported, so that claims see the same modules as `attndyn reproduce` does.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
+
 
 def parse_seeds(text: str) -> list[int]:
     """``"0-29"``, ``"0,3,7-9"`` -> sorted distinct seeds; raises ValueError naming the bad part."""

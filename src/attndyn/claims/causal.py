@@ -43,18 +43,24 @@ class Config(ExperimentConfig):
 QUICK = {"T_random": 150.0}
 TOL = 1e-6
 ROUNDING = 64 * float(np.finfo(np.float64).eps)
-ODE_FLOOR = 1e-12  # the reference ODE's own tolerance (DOP853, rtol 1e-12)
+# The reference ODE (SciPy DOP853) runs at rtol 1e-13. At rtol 1e-12 its own error reached 6.1e-11 (against a
+# quadrature of the separable ODE, seeds 100-129 at the quick size), 60x the 1e-12 the budget allowed it, and it
+# was the largest error in the check at seeds 110, 113, 118 and 121 (0.55-0.61 of the budget where the run
+# against a tight reference sat at 0.31-0.33). At rtol 1e-13 its error is 0.4-1.6e-12 there; the budget adds it
+# as measured in the judge, by the same ODE at 10x looser tolerance (REFERENCE_RTOL x 10), whose difference
+# bounds the tighter run's error (it is the looser run's error, 20-170x the tighter one's where measured).
+REFERENCE_RTOL = 1e-13
 INTEGRATION_TOL = 1.5e-9  # 3x the measured integration error of token 2 (4.8e-10 at rtol 1e-9)
 
 
-def token2_angle(beta: float, theta0: float, ts: np.ndarray) -> np.ndarray:
+def token2_angle(beta: float, theta0: float, ts: np.ndarray, rtol: float = REFERENCE_RTOL) -> np.ndarray:
     """The angle between the second and the first token, which sees only x_1 and itself (V = Q = K = I)."""
 
     def f(t, th):
         e = math.exp(beta * (math.cos(th[0]) - 1.0))  # e^{beta cos} / e^beta, overflow-free
         return [-math.sin(th[0]) * e / (e + 1.0)]
 
-    return solve_ivp(f, (0.0, float(ts[-1])), [theta0], t_eval=ts, method="DOP853", rtol=1e-12, atol=1e-14).y[0]
+    return solve_ivp(f, (0.0, float(ts[-1])), [theta0], t_eval=ts, method="DOP853", rtol=rtol, atol=rtol * 1e-2).y[0]
 
 
 def angle(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -105,16 +111,20 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
                 gap <= TOL, detects="V = 0.1 I (tokens ten times slower)"
             )
             theta = angle(xs[:, :, 1], xs[:, :, 0])  # (T, S)
-            err = np.stack([np.abs(theta[:, s] - token2_angle(1.0, float(theta[0, s]), ts)) for s in range(theta.shape[1])], 1)
+            exact = np.stack([token2_angle(1.0, float(theta[0, s]), ts) for s in range(theta.shape[1])], 1)
+            looser = np.stack([token2_angle(1.0, float(theta[0, s]), ts, 10 * REFERENCE_RTOL) for s in range(theta.shape[1])], 1)
+            err = np.abs(theta - exact)
+            reference = float(np.abs(exact - looser).max())  # bounds the reference's own error (see REFERENCE_RTOL)
             integration = np.abs(theta - arrays["fine_angle"])
             checks[f"{label}: token 2's integration error (against the same run at 100x tighter tolerance), every seed and save"] = (
                 every_within(integration[1:].ravel(), 0.0, INTEGRATION_TOL, "3x the measured 4.8e-10", detects="rtol 1e-5 instead of 1e-9",
                              cases=[f"t = {t:g}, seed {s}" for t in ts[1:] for s in range(integration.shape[1])])
             )  # fmt: skip
-            budget = 3.0 * (float(integration.max()) + ODE_FLOOR)
+            budget = 3.0 * (float(integration.max()) + reference)
             checks[f"{label}: token 2's angle to x_1 against its exact ODE, every seed and save"] = every_within(
                 err[1:].ravel(), 0.0, budget,
-                f"budget = 3 x (the run against the same run at 100x tighter tolerance + {ODE_FLOOR:g}) = {budget:.2g}",
+                f"budget = 3 x (the run against the same run at 100x tighter tolerance + the reference ODE at rtol {REFERENCE_RTOL:g} "
+                f"against itself at 10x looser, {reference:.2g}) = {budget:.2g}",
                 cases=[f"t = {t:g}, seed {s}" for t in ts[1:] for s in range(theta.shape[1])], detects="beta off by 1e-6 (relative)",
             )  # fmt: skip
         else:
