@@ -212,3 +212,28 @@ def test_the_edits_equal_transformers_hooks_in_the_other_families(tmp_path, fami
     want = _hook_reference(model, PROMPTS[0], spec, PROMPTS)
     err = float((edited[0].logits - want).abs().max() / want.abs().max())
     assert err < 1e-10, f"{family} {spec}: {err}"
+
+
+def test_intervene_runs_the_sinks_study(tmp_path):
+    """``--study sinks`` (it raised TypeError in the command before: the layer spread shadowed the progress
+    callback): the first key removed at every layer of a 2-layer model, each loss equal to a separate run
+    of that edit, pooled over every predicted token here."""
+    import json
+
+    from attndyn.app.cli import entry
+
+    folder, prompts = _folder_with_prompts(tmp_path)
+    out = tmp_path / "iv"
+    assert entry(["intervene", str(folder), "--prompts", str(prompts), "--out", str(out), "--study", "sinks"]) == 0
+    study = json.loads((out / "interventions.json").read_text())["studies"]["sinks"]
+    assert study["layers"] == [0, 1]
+    assert [e["edit"] for e in study["edits"]] == [f"attention:block={k},with=no-first-key" for k in (0, 1)]
+    dec = load_decoder(folder)
+    ids = [dec.encode(t) for t in prompts.read_text().split("\n\n") if t.strip()]
+    for k, e in zip((0, 1), study["edits"], strict=True):
+        _, edited, _ = run(dec, ids, [(i, (parse(f"attention:block={k},with=no-first-key"),)) for i in range(len(ids))])
+        pooled = sum(float(r.nll.sum()) for r in edited) / sum(len(r.nll) for r in edited)
+        assert abs(e["nll"] - pooled) < 1e-12
+        assert e["null"] is not None
+        assert len(e["null"]["edits"]) == 5
+    assert (out / "sinks.png").exists()

@@ -234,11 +234,11 @@ def run_study(
         out["edits"] = rec["edits"]
         counts = rec["counts"]
     else:  # sinks: the first key removed at a spread of layers
-        step = max(1, L // 6)
-        specs = [f"attention:block={k},with=no-first-key" for k in range(0, L, step)]
+        layers = list(range(0, L, max(1, L // 6)))
+        specs = [f"attention:block={k},with=no-first-key" for k in layers]
         rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
         out["edits"] = rec["edits"]
-        out["layers"] = list(range(0, L, step))
+        out["layers"] = layers
         counts = rec["counts"]
     out["forwards"] = counts0["forwards"] + counts["forwards"]
     out["seconds"] = __import__("time").perf_counter() - t0
