@@ -237,3 +237,8 @@ def test_intervene_runs_the_sinks_study(tmp_path):
         assert e["null"] is not None
         assert len(e["null"]["edits"]) == 5
     assert (out / "sinks.png").exists()
+    geometry = study["geometry"]  # the attention after each removal: block k's first key is gone (query 0 keeps it)
+    assert [e["edit"] for e in geometry["edits"]] == [e["edit"] for e in study["edits"]]
+    for k, e in zip((0, 1), geometry["edits"], strict=True):
+        assert abs(e["attention_on_first"][k + 1] - sum(1 / len(p) for p in ids) / len(ids)) < 1e-14
+    assert (out / "sinks-geometry.png").exists()

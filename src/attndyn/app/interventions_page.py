@@ -117,6 +117,40 @@ def _theory_table(study: dict) -> str:
     )
 
 
+GEOMETRY_LABELS = {
+    "mean_cosine": "mean pairwise cosine",
+    "massive_activation_ratio": "Sun's entry ratio (log)",
+    "norm_ratio": "first token's norm / median",
+    "attention_on_first": "attention on the first token",
+    "sink_rate": "sink rate (Gu et al., T = 64)",
+}
+
+
+def geometry_figure(geometry: dict, path: Path, title: str) -> Path:
+    """One panel per measure of :func:`attndyn.models.interventions.geometry_after` against the block: the
+    plain prompts in black, each edit in colour, the edit's block marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in GEOMETRY_LABELS if any(v is not None for v in geometry["plain"][k])]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.0 * len(keys) + 0.5, 3.2), squeeze=False)
+    x = geometry["after_block"]
+    nan = float("nan")
+    for ax, key in zip(axes[0], keys, strict=True):
+        ax.plot(x, [nan if v is None else v for v in geometry["plain"][key]], color="k", lw=1.4, label="plain")
+        for j, e in enumerate(geometry["edits"]):
+            ax.plot(x, [nan if v is None else v for v in e[key]], color=f"C{j}", lw=1.0, marker=".", ms=3, label=e["edit"])
+        if key == "massive_activation_ratio":
+            ax.set_yscale("log")
+        ax.set_xlabel("after block")
+        ax.set_title(GEOMETRY_LABELS[key], fontsize=8)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
 def page(record: dict, out: Path) -> Path:
     from attndyn.workflow.files import atomic_write_text
 
@@ -128,6 +162,11 @@ def page(record: dict, out: Path) -> Path:
         elif study.get("edits"):
             figure(study, out / f"{name}.png", f"{record['model']}: {name}")
             figures.append(name)
+        if name != "edits" and study.get("geometry"):
+            geometry_figure(study["geometry"], out / f"{name}-geometry.png", f"{record['model']}: {name}, the attention after each edit")
+
+    if record.get("geometry"):
+        geometry_figure(record["geometry"], out / "geometry.png", f"{record['model']}: the geometry after each edit (mean over prompts)")
 
     def interval(e, key):
         lo, hi = e[f"{key}_interval"]
@@ -163,8 +202,16 @@ def page(record: dict, out: Path) -> Path:
         "the loss difference to its null excludes zero on the same side and the margin exceeds 3 Monte-Carlo standard errors.</p>"
         + "".join(
             f'<h2>{html.escape(n)}</h2><img src="{n}.png" alt="{html.escape(n)}">'
+            + (f'<img src="{n}-geometry.png" alt="{html.escape(n)}: geometry">' if n != "edits" and record["studies"][n].get("geometry") else "")
             + (_theory_table(record["studies"][n]) if n != "edits" and record["studies"][n].get("per_layer") else "")
             for n in figures
+        )
+        + (
+            "<h2>geometry after the edits</h2><p>The residual stream's mean cosine, Sun's ratio and the first token's norm ratio "
+            "after each block, and the attention the block used, plain and under each --edit (--geometry), averaged over prompts.</p>"
+            '<img src="geometry.png" alt="geometry after the edits">'
+            if record.get("geometry")
+            else ""
         )
         + "<table border=1><tr><th>study</th><th>edit</th><th>perplexity ratio</th><th>KL</th><th>null's ratio</th><th>against the null</th></tr>"
         + "".join(rows)

@@ -57,7 +57,10 @@ from attndyn.models.decoder import (
 class BranchResult:
     """One branch's per-position next-token loss ``nll`` (n - 1,) and, for an edited branch, its divergence
     ``kl`` (n - 1,) from the plain branch of its prompt, D(p_plain || p_edit); ``hidden`` ``(L + 1, n, d)``
-    when asked for (``record=True``), and ``logits`` when ``keep_logits``."""
+    when asked for (``record=True``), and ``logits`` when ``keep_logits``. ``attention``, when asked for
+    (``attention=True``): per block, :func:`attndyn.models.decoder_geometry.attention_measures` of the
+    softmax attention the branch used there (the heads a head skip removed left out), or None where the block
+    ran none (skipped, its attention sublayer skipped or replaced by the twin)."""
 
     prompt: int
     edits: tuple
@@ -65,6 +68,7 @@ class BranchResult:
     kl: torch.Tensor | None
     hidden: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    attention: list[dict | None] | None = None
 
 
 def _first_block(edits: tuple) -> int:
@@ -88,6 +92,7 @@ def run(
     dtype: torch.dtype = torch.float64,
     record: bool = False,
     keep_logits: bool = False,
+    attention: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[BranchResult], list[BranchResult], dict]:
     """Every prompt plain, then every ``(prompt index, edits)`` branch, layer by layer. Returns the plain
@@ -96,7 +101,7 @@ def run(
     ``i`` of ``n`` = L + prompts steps done (0 first; each layer through every branch, then each prompt's
     losses)."""
     from attndyn.models import edits as iv
-    from attndyn.models.decoder_geometry import _twin_model, twin_update
+    from attndyn.models.decoder_geometry import _twin_model, attention_measures, twin_update
 
     branches = list(branches or [])
     if dtype not in (torch.float64, torch.float32):
@@ -137,6 +142,8 @@ def run(
     masks = {n: layer_masks(decoder, n) for n in lengths}
     plain_x = [embed(t) for t in ids]
     plain_hidden = [[x] for x in plain_x] if record else None
+    plain_att: list[list] = [[] for _ in ids]
+    branch_att: list[list] = [[] for _ in branches]
     start = [_first_block(edits) for _, edits in branches]
     branch_x: list[torch.Tensor | None] = [None] * len(branches)
     branch_hidden: list[list | None] = [None] * len(branches)
@@ -146,10 +153,11 @@ def run(
     steps = L + len(ids)
     tell(0, steps)
 
-    def block(k, layer, x, n, edits=()):
+    def block(k, layer, x, n, edits=(), att=None):
         drop = iv.block_action(edits, k)
         if drop == "skip":
             return x
+        measured = None
         mask = masks[n][k]
         heads = iv.heads_skipped(edits, k)
         lay = _head_dropped(decoder, layer, heads) if heads else layer
@@ -167,7 +175,12 @@ def run(
                 twin_models[k] = _twin_model(decoder, k)
             out = twin_update(twin_models[k], x, None if with_ == "twin-step" else replace.steps or iv.TWIN_STEPS)
         else:
-            out, _ = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
+            out, P = attention_sublayer(decoder, k, x, tab, mask, cast, uniform=with_ == "uniform", layer=lay)
+            if att is not None and drop != "attention":
+                kept = [h for h in range(P.shape[0]) if h not in heads]
+                measured = attention_measures(P[kept].double().numpy()) if kept else None
+        if att is not None:
+            att[-1] = measured
         if drop == "attention":
             out = torch.zeros_like(out)
         if decoder.parallel_residual:
@@ -186,15 +199,21 @@ def run(
                 branch_x[b] = plain_x[i]
                 if record:
                     branch_hidden[b] = [h for h in plain_hidden[i]]
+                if attention:
+                    branch_att[b] = list(plain_att[i])
         for i in range(len(ids)):
-            plain_x[i] = block(k, layer, plain_x[i], ids[i].numel())
+            if attention:
+                plain_att[i].append(None)
+            plain_x[i] = block(k, layer, plain_x[i], ids[i].numel(), att=plain_att[i] if attention else None)
             block_runs += 1
             if record:
                 plain_hidden[i].append(plain_x[i])
         for b, (i, edits) in enumerate(branches):
             if branch_x[b] is None:
                 continue
-            x = block(k, layer, branch_x[b], ids[i].numel(), edits)
+            if attention:
+                branch_att[b].append(None)
+            x = block(k, layer, branch_x[b], ids[i].numel(), edits, att=branch_att[b] if attention else None)
             block_runs += 1
             branch_x[b] = iv.apply_state_edits(edits, k, x, i, plain_x)
             if record:
@@ -218,13 +237,25 @@ def run(
         lp = torch.log_softmax(lg.double()[:-1], dim=-1)
         target = t[1:]
         nll = -lp.gather(1, target[:, None])[:, 0]
-        plain.append(BranchResult(i, (), nll, None, torch.stack(plain_hidden[i]) if record else None, lg if keep_logits else None))
+        plain.append(
+            BranchResult(
+                i, (), nll, None, torch.stack(plain_hidden[i]) if record else None, lg if keep_logits else None, plain_att[i] if attention else None
+            )
+        )
         for b in by_prompt.get(i, []):
             lg_b = logits_of(branch_x[b])
             lq = torch.log_softmax(lg_b.double()[:-1], dim=-1)
             nll_b = -lq.gather(1, target[:, None])[:, 0]
             kl = (lp.exp() * (lp - lq)).sum(-1)
-            edited[b] = BranchResult(i, branches[b][1], nll_b, kl, torch.stack(branch_hidden[b]) if record else None, lg_b if keep_logits else None)
+            edited[b] = BranchResult(
+                i,
+                branches[b][1],
+                nll_b,
+                kl,
+                torch.stack(branch_hidden[b]) if record else None,
+                lg_b if keep_logits else None,
+                branch_att[b] if attention else None,
+            )
             branch_x[b] = None
         plain_x[i] = None
         tell(L + i + 1, steps)

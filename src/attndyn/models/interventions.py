@@ -90,6 +90,61 @@ def plain_record(
     return {"nll": base, "nll_interval": _interval(draws), "counts": counts}
 
 
+GEOMETRY = ("mean_cosine", "massive_activation_ratio", "norm_ratio", "attention_on_first", "sink_rate")
+
+
+def geometry_after(
+    decoder: Decoder, prompts: list[list[int]], specs: Sequence[str], *, dtype: torch.dtype = torch.float64,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:  # fmt: skip
+    """The per-layer geometry of the plain prompts and after each spec, as the findings measure it, from one
+    executor run that records every state and every block's attention (:func:`attndyn.models.executor.run`).
+
+    Per :data:`GEOMETRY` key a list over ``after_block`` = -1 .. L - 1 (entry s: the stream after block s - 1,
+    and the attention of block s - 1, the block that made it; None where undefined), averaged over prompts:
+    the mean pairwise cosine, Sun et al.'s entry ratio and the first token's norm ratio of the residual
+    stream (:func:`attndyn.models.decoder_geometry.massive_activation`, :func:`~attndyn.models.decoder_geometry.norm_ratio`);
+    the mean attention on the first token and Gu et al.'s sink rate (NaN below 64 tokens) of the attention
+    the branch used (:func:`~attndyn.models.decoder_geometry.attention_measures`; a skipped block, a skipped
+    attention sublayer or the twin in its place has none). Returns ``{"after_block", "plain", "edits": [{"edit",
+    key: list, ...}], "forwards"}``; a state of all zeros (a token's vector zeroed) has no cosine: that
+    prompt is left out of the mean at that block."""
+    import warnings
+
+    from attndyn.models.decoder_geometry import massive_activation, norm_ratio
+    from attndyn.models.executor import run
+    from attndyn.models.token_geometry import mean_cosine
+
+    parsed = [parse_all(s) for s in specs]
+    branches = [(i, e) for e in parsed for i in range(len(prompts))]
+    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype, record=True, attention=True, progress=progress)
+
+    def cosine(h):
+        keep = np.linalg.norm(h, axis=1) > 0
+        return mean_cosine(h[keep]) if keep.sum() > 1 else np.nan
+
+    def measures(rows) -> dict:
+        per = {k: [] for k in GEOMETRY}
+        for r in rows:
+            hs = r.hidden.double().numpy()
+            per["mean_cosine"].append([cosine(h) for h in hs])
+            per["massive_activation_ratio"].append([massive_activation(h)[0] if np.abs(h).any() else np.nan for h in hs])
+            per["norm_ratio"].append([norm_ratio(h) for h in hs])
+            for key in ("attention_on_first", "sink_rate"):
+                per[key].append([np.nan] + [np.nan if a is None else a[key] for a in r.attention])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block where every prompt is undefined: NaN
+            return {k: [None if not np.isfinite(v) else float(v) for v in np.nanmean(np.array(per[k], dtype=float), 0)] for k in GEOMETRY}
+
+    n = len(prompts)
+    return {
+        "after_block": list(range(-1, len(decoder.layers))),
+        "plain": measures(plain),
+        "edits": [{"edit": s, **measures(edited[j * n : (j + 1) * n])} for j, s in enumerate(specs)],
+        "forwards": counts["forwards"],
+    }
+
+
 def angular_distances(hidden: list[torch.Tensor]) -> np.ndarray:
     """d(h_l, h_{l+n}) = arccos(cos)/pi of the last token, h_l the input of block l, averaged over the
     prompts: a ``(L, L + 1)`` array with NaN where l + n > L (row l, column n)."""
@@ -239,7 +294,11 @@ def run_study(
         rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
         out["edits"] = rec["edits"]
         out["layers"] = layers
-        counts = rec["counts"]
+        # the sink rate and the attention on the first token after each removal, at every block (one more run)
+        out["geometry"] = geometry_after(
+            decoder, prompts, specs, dtype=dtype, progress=lambda i, n: step(f"study sinks: the attention after {len(specs)} removals", i, n)
+        )
+        counts = {"forwards": rec["counts"]["forwards"] + out["geometry"]["forwards"]}
     out["forwards"] = counts0["forwards"] + counts["forwards"]
     out["seconds"] = __import__("time").perf_counter() - t0
     out["cpu_seconds"] = __import__("time").process_time() - c0  # this process's CPU time (all its threads)

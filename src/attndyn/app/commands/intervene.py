@@ -29,6 +29,14 @@ def intervene(
             help="Also write activations.safetensors: every prompt's residual states, plain and under each --edit (one more run).",
         ),
     ] = False,
+    geometry: Annotated[
+        bool,
+        typer.Option(
+            "--geometry",
+            help="Also measure each block's geometry (cosine, Sun's ratio, norm ratio, attention on the first token, sink rate), "
+            "plain and under each --edit (one more run).",
+        ),
+    ] = False,
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Edit a decoder's forward; each edit's loss beside its null.
@@ -60,6 +68,8 @@ def intervene(
             iv.parse_all(s)
         except ValueError as err:
             fail(str(err))
+    if geometry and not specs:
+        fail("--geometry measures the state after each --edit: give at least one --edit")
     if dtype not in ("float64", "float32"):
         fail(f"--dtype {dtype!r} is not float64 or float32")
     if draws < 1:
@@ -99,6 +109,13 @@ def intervene(
                 else iv.plain_record(decoder, ids, dtype=torch_dtype, progress=lambda i, n: stage("the plain prompts", i, n))
             )
             record.update(plain)
+    if geometry:
+        what = f"the geometry of every block, plain and under {len(specs)} edit(s)"
+        with stage_progress("geometry", what) as stage:
+            try:
+                record["geometry"] = iv.geometry_after(decoder, ids, specs, dtype=torch_dtype, progress=lambda i, n: stage(what, i, n))
+            except (ValueError, CheckpointError) as err:
+                fail(str(err))
     saved = None
     if save_activations:
         from attndyn.models import activations
