@@ -251,3 +251,28 @@ def test_edits_the_executor_cannot_apply_together_are_refused(specs, expected):
     with pytest.raises(ValueError, match=expected):
         iv.parse_all(specs)
     assert len(iv.parse_all("attention:block=3,with=twin;skip:block=4,head=1")) == 2  # other blocks: both apply
+
+
+def test_intervene_theory_layers_all_and_refusals(tmp_path, capsys):
+    """``--layers all`` replaces every layer's attention (the default is the twin layers, [0] here); a layer
+    outside the model, a word that is not a list, or --layers without the theory study exit 2 naming it."""
+    from attndyn.app.cli import entry
+    from tests.models.test_executor import _folder_with_prompts
+
+    folder, prompts = _folder_with_prompts(tmp_path)
+    args = ["intervene", str(folder), "--prompts", str(prompts)]
+    out = tmp_path / "iv"
+    assert entry([*args, "--out", str(out), "--study", "theory", "--layers", "all"]) == 0
+    study = json.loads((out / "interventions.json").read_text())["studies"]["theory"]
+    assert study["layers"] == [0, 1]
+    assert [r["layer"] for r in study["per_layer"]] == [0, 1]
+    capsys.readouterr()
+    for extra, said in [
+        (["--study", "theory", "--layers", "2"], "layer 2 is not in 0..1"),
+        (["--study", "theory", "--layers", "one"], "is not 'all' or a comma-separated list"),
+        (["--study", "depth", "--layers", "all"], "give --study theory"),
+    ]:
+        bad = tmp_path / "bad"
+        assert entry([*args, "--out", str(bad), *extra]) == 2
+        assert said in capsys.readouterr().err
+        assert not (bad / "interventions.json").exists()

@@ -246,20 +246,22 @@ def theory_study(
 
 def run_study(
     decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0,
-    progress: Callable[[str, int, int], None] | None = None,
+    layers: Sequence[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
 ) -> dict:  # fmt: skip
     """One of :data:`STUDIES` (the guide states each protocol and rule). The plain states come from one
     recorded executor run; the edits of the study then run in one more, each edit starting at its block
     (``theory``: :func:`theory_study`, one run with its plain branches). ``progress(stage, i, n)``: each
-    run's steps done (:func:`attndyn.models.executor.run`), ``stage`` naming the study and the run."""
+    run's steps done (:func:`attndyn.models.executor.run`), ``stage`` naming the study and the run.
+    ``layers``: the theory study's layers (default: the twin layers); the other studies choose their own."""
     from attndyn.models.executor import run
 
     if study not in STUDIES:
         raise ValueError(f"study {study!r} is not one of {', '.join(STUDIES)}")
     step = progress or (lambda stage, i, n: None)
     if study == "theory":
-        stage = f"study theory: the plain prompts and {len(THEORY)} replacements of each twin layer's attention"
-        return theory_study(decoder, prompts, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n))
+        which = "each twin layer's" if layers is None else f"{len(layers)} layers'"
+        stage = f"study theory: the plain prompts and {len(THEORY)} replacements of {which} attention"
+        return theory_study(decoder, prompts, layers=layers, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n))
     t0, c0 = __import__("time").perf_counter(), __import__("time").process_time()
     plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True, progress=lambda i, n: step(f"study {study}: the plain prompts", i, n))
     hidden = [r.hidden for r in plain]

@@ -19,6 +19,10 @@ def intervene(
     ] = None,
     prompts: Annotated[Path | None, typer.Option("--prompts", help="Prompts, one per paragraph (default: the shipped ones).")] = None,
     study: Annotated[list[str] | None, typer.Option("--study", help="massive, depth, sinks or theory (repeatable).")] = None,
+    layers: Annotated[
+        str | None,
+        typer.Option("--layers", help="The theory study's layers: 'all' or 0-based numbers, e.g. 3,7,11 (default: the twin layers)."),
+    ] = None,
     draws: Annotated[int, typer.Option("--draws", help="Draws of each edit's null (at least 5 for a decision).")] = 5,
     dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("interventions"),
@@ -68,6 +72,8 @@ def intervene(
             iv.parse_all(s)
         except ValueError as err:
             fail(str(err))
+    if layers is not None and "theory" not in studies:
+        fail(f"--layers {layers!r} chooses the theory study's layers: give --study theory")
     if geometry and not specs:
         fail("--geometry measures the state after each --edit: give at least one --edit")
     if dtype not in ("float64", "float32"):
@@ -88,6 +94,16 @@ def intervene(
     if decoder.tokenizer is None:
         fail(f"{path}: the model carries no tokenizer, so the prompts cannot be read")
     ids = [decoder.encode(t) for t in texts]
+    theory_layers = None
+    if layers is not None:
+        L = len(decoder.layers)
+        try:
+            theory_layers = list(range(L)) if layers.strip() == "all" else sorted({int(v) for v in layers.split(",")})
+        except ValueError:
+            fail(f"--layers {layers!r} is not 'all' or a comma-separated list of 0-based layer numbers")
+        outside = [k for k in theory_layers if not 0 <= k < L]
+        if outside:
+            fail(f"--layers {layers!r}: layer {outside[0]} is not in 0..{L - 1} ({decoder.name} has {L} layers)")
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
     edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, layer by layer"
@@ -98,7 +114,9 @@ def intervene(
                 if specs
                 else {"edits": []}
             )
-            record["studies"] = {s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype, progress=stage) for s in studies}
+            record["studies"] = {
+                s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype, layers=theory_layers, progress=stage) for s in studies
+            }
         except (ValueError, CheckpointError) as err:
             fail(str(err))
         if not specs:  # the theory study's run holds the plain branches: no other plain run for them
