@@ -123,6 +123,7 @@ def intervene(
     seed: int = 0,
     resamples: int = 2000,
     progress: Callable[[int, int], None] | None = None,
+    runner: Callable | None = None,
 ) -> dict:
     """Every spec (one string; several edits joined by ';' act at once) on every prompt, beside ``draws``
     draws of its null, in one layer-major run (``progress``: the executor's, :func:`attndyn.models.executor.run`).
@@ -130,7 +131,9 @@ def intervene(
     as interventions.json: the unedited ``nll``; per spec ``edit``, ``nll``, ``ppl_ratio``, ``kl`` each
     with its ``_interval``, its ``null`` (the same, pooled over the draws' branches, with each draw's
     perplexity ratio), the second null ``null_l2`` for entry edits, and the ``decision`` of the edit
-    against its null by the findings' rule (the paired interval of NLL_edit - NLL_null per draw)."""
+    against its null by the findings' rule (the paired interval of NLL_edit - NLL_null per draw). ``runner``:
+    what runs the branches, with :func:`attndyn.models.executor.run`'s arguments and result (default: that
+    function; :func:`attndyn.app.intervene_tasks.run_in_tasks` splits them into tasks)."""
     if draws < 1:
         raise ValueError(f"draws {draws} is below 1")
     rng = np.random.default_rng(seed)
@@ -163,7 +166,7 @@ def intervene(
             if all(e.kind in ("zero", "mean", "scale", "set", "clip") for e in edits):
                 l2.append([tuple(perturb_null(e, rng) for e in edits)] * n)
         plans.append({"edit": spec, "branches": [edits] * n, "null": nulls, "null_l2": l2})
-    return evaluate(decoder, all_prompts, n, plans, draws=draws, dtype=dtype, seed=seed, resamples=resamples, progress=progress)
+    return evaluate(decoder, all_prompts, n, plans, draws=draws, dtype=dtype, seed=seed, resamples=resamples, progress=progress, runner=runner)
 
 
 def evaluate(
@@ -177,6 +180,7 @@ def evaluate(
     seed: int = 0,
     resamples: int = 2000,
     progress: Callable[[int, int], None] | None = None,
+    runner: Callable | None = None,
 ) -> dict:
     """The record of :func:`intervene` for edits given per prompt, in one layer-major run. ``prompts``: the
     first ``n`` are the prompts measured (the rest are sources of patches' nulls); ``plans``: per entry
@@ -193,7 +197,7 @@ def evaluate(
         return list(range(first, first + n))
 
     plan = [(add(p["branches"]), [add(d) for d in p["null"]], [add(d) for d in p["null_l2"]]) for p in plans]
-    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype, progress=progress)
+    plain, edited, counts = (runner or run)(decoder, prompts, branches, dtype=dtype, progress=progress)
     plain = plain[:n]
     base, base_draws = _pooled(plain, resamples, seed)
     out = {"nll": base, "nll_interval": _interval(base_draws), "prompts": n, "draws": draws, "counts": counts, "edits": []}

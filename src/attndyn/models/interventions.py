@@ -246,13 +246,15 @@ def theory_study(
 
 def run_study(
     decoder: Decoder, prompts: list[list[int]], study: str, *, draws: int = 5, dtype: torch.dtype = torch.float64, seed: int = 0,
-    layers: Sequence[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
+    layers: Sequence[int] | None = None, progress: Callable[[str, int, int], None] | None = None, runner: Callable | None = None,
 ) -> dict:  # fmt: skip
     """One of :data:`STUDIES` (the guide states each protocol and rule). The plain states come from one
     recorded executor run; the edits of the study then run in one more, each edit starting at its block
     (``theory``: :func:`theory_study`, one run with its plain branches). ``progress(stage, i, n)``: each
     run's steps done (:func:`attndyn.models.executor.run`), ``stage`` naming the study and the run.
-    ``layers``: the theory study's layers (default: the twin layers); the other studies choose their own."""
+    ``layers``: the theory study's layers (default: the twin layers); the other studies choose their own.
+    ``runner``: what runs the edits of ``depth`` and ``sinks`` (:func:`intervene`'s); the plain runs, the
+    ``massive`` and ``theory`` studies run here."""
     from attndyn.models.executor import run
 
     if study not in STUDIES:
@@ -285,7 +287,7 @@ def run_study(
             best = int(np.nanargmin(row))
             spans.append({"n": n, "first": best, "last": best + n - 1, "distance": float(row[best])})
             specs.append(f"skip:block={best}" if n == 1 else f"skip:blocks={best}-{best + n - 1}")
-        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
+        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n), runner=runner)
         out["distances"] = dist
         out["spans"] = spans
         out["edits"] = rec["edits"]
@@ -293,7 +295,7 @@ def run_study(
     else:  # sinks: the first key removed at a spread of layers
         layers = list(range(0, L, max(1, L // 6)))
         specs = [f"attention:block={k},with=no-first-key" for k in layers]
-        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n))
+        rec = intervene(decoder, prompts, specs, draws=draws, dtype=dtype, seed=seed, progress=lambda i, n: step(edited, i, n), runner=runner)
         out["edits"] = rec["edits"]
         out["layers"] = layers
         # the sink rate and the attention on the first token after each removal, at every block (one more run)

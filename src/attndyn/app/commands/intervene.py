@@ -41,6 +41,16 @@ def intervene(
             "plain and under each --edit (one more run).",
         ),
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="Run the edits in tasks on a local Dask cluster of this many worker processes (default: in this process)."),
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", help="Run the edits in tasks on an existing Dask scheduler (tcp://host:port).")
+    ] = None,
+    chunk: Annotated[
+        int | None, typer.Option("--chunk", help="Prompts per task with --workers or --scheduler (default: the prompts shared evenly).")
+    ] = None,
     force_adopt: Annotated[bool, typer.Option("--force-adopt", help=FORCE_ADOPT)] = False,
 ) -> None:
     """Edit a decoder's forward; each edit's loss beside its null.
@@ -74,6 +84,22 @@ def intervene(
             fail(str(err))
     if layers is not None and "theory" not in studies:
         fail(f"--layers {layers!r} chooses the theory study's layers: give --study theory")
+    if workers is not None and workers < 1:
+        fail(f"--workers {workers} must be at least 1 (leave it out to run in this process)")
+    if workers is not None and scheduler is not None:
+        fail("--workers starts a local cluster and --scheduler names an existing one: give one of them")
+    if chunk is not None and chunk < 1:
+        fail(f"--chunk {chunk} must be at least 1")
+    if chunk is not None and workers is None and scheduler is None:
+        fail(f"--chunk {chunk} sizes the tasks of --workers or --scheduler: give one of them")
+    if scheduler is not None:
+        from attndyn.app.sweep_driver import check_scheduler
+        from attndyn.workflow.schema import SweepError
+
+        try:
+            check_scheduler(scheduler)
+        except SweepError as err:
+            fail(str(err))
     if geometry and not specs:
         fail("--geometry measures the state after each --edit: give at least one --edit")
     if dtype not in ("float64", "float32"):
@@ -107,18 +133,35 @@ def intervene(
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
     edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, layer by layer"
+    runner, client, cluster = None, None, None
     with stage_progress("intervene", edits) as stage:
+        if workers is not None or scheduler is not None:
+            import functools
+
+            from attndyn.app.intervene_tasks import dask_client, run_in_tasks
+
+            size = chunk or max(1, -(-len(ids) // (workers or 2)))
+            tasks = -(-len(ids) // size)
+            edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, in tasks of {size} prompts"
+            client, cluster = dask_client(workers, scheduler, tasks, console.print)
+            where = str(Path(path).resolve()) if Path(path).exists() else str(path)  # workers elsewhere need no cwd
+            runner = functools.partial(run_in_tasks, size=size, submit=client.submit, source=where)
         try:
             record = (
-                iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype, progress=lambda i, n: stage(edits, i, n))
+                iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype, progress=lambda i, n: stage(edits, i, n), runner=runner)
                 if specs
                 else {"edits": []}
             )
             record["studies"] = {
-                s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype, layers=theory_layers, progress=stage) for s in studies
+                s: iv.run_study(decoder, ids, s, draws=draws, dtype=torch_dtype, layers=theory_layers, progress=stage, runner=runner) for s in studies
             }
         except (ValueError, CheckpointError) as err:
             fail(str(err))
+        finally:
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
         if not specs:  # the theory study's run holds the plain branches: no other plain run for them
             theory = record["studies"].get("theory")
             plain = (
