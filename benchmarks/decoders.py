@@ -6,7 +6,8 @@ and records every layer's hidden state (attndyn also every attention map; transf
 time of the second (cached) load, and the token geometry of 64 prompts of 64 tokens (all layers).
 Usage: ``python benchmarks/decoders.py [--rounds 7]``.
 
-``--page smollm2|gemma3`` times ``attndyn checkpoint MODEL`` instead (issue 34: the page with its nulls
+``--page MODEL`` (smollm2, gemma3, qwen2.5-0.5b, qwen2.5-1.5b, a file or folder) times ``attndyn checkpoint MODEL``
+instead (issue 34: the page with its nulls
 and intervals in <= 2 min on 2 cores): the page's own code (:func:`attndyn.app.decoder_page.decoder_report`,
 float64 as the command runs it: one torch thread, a worker process per core unless ``ATTNDYN_THREADS`` says), each
 stage's wall and CPU time (this process and its worker processes; ``ATTNDYN_THREADS`` sets the
@@ -73,13 +74,31 @@ def page(model: str, rounds: int, keep: str | None = None) -> None:
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest finished worker
     # forked workers share the parent's pages until they write them: the largest process, not a sum
     print(f"peak resident memory: the largest process {max(own, worker):.2f} GiB (this process {own:.2f} GiB, the largest worker {worker:.2f} GiB)")
+    W = float32_bytes(model) / 2**30
+    print(f"the weights in float32: W = {W:.3f} GiB; the largest process is {max(own, worker) / W:.2f} W (issue 49's goal for the page: <= 1.5 W)")
+
+
+def float32_bytes(model: str) -> int:
+    """The model's weights' bytes in float32 (every layer's tensors, the embeddings, the head when untied, the final norm)."""
+    import math
+
+    from attndyn.models.decoder import layer_shapes
+    from attndyn.models.decoder_files import load_decoder
+
+    dec = load_decoder(model)
+    tensors = [dec.embed, dec.norm, dec.norm_bias, dec.pos_embed] + ([dec.head] if dec.head is not dec.embed else [])
+    n = sum(t.numel() for t in tensors if t is not None)
+    n += sum(math.prod(s) for k in range(len(dec.layers)) for s in layer_shapes(dec, k).values() if s is not None)
+    return 4 * n
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 for the forward, 1 for --page)")
     parser.add_argument("--keep", default=None, help="with --page: write the page to this folder (kept) instead of a temporary one")
-    parser.add_argument("--page", choices=("smollm2", "gemma3"), default=None, help="time the checkpoint page of this model instead")
+    parser.add_argument(
+        "--page", default=None, help="time the checkpoint page of this model (smollm2, gemma3, qwen2.5-0.5b, a file or folder) instead"
+    )
     opts = parser.parse_args()
     if opts.page:
         page(opts.page, opts.rounds or 1, opts.keep)

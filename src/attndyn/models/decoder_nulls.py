@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attndyn.models.decoder import Decoder, DecoderLayer
+from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, layer_shapes
 
 BOOTSTRAP = 2000  # resamples of the prompts
 LEVEL = 0.95
@@ -312,22 +312,57 @@ def uniform_sink_fixed(lengths: list[int], eps: float, *, what: str = "sink rate
     )
 
 
+def _draw_layer(shapes: dict[str, tuple[int, ...] | None], g: torch.Generator, std: float = INIT_STD) -> DecoderLayer:
+    """One layer of the given shapes drawn as the initialiser draws it: the linear maps from N(0, std^2) in the
+    order of the fields, norm multipliers 1, biases 0."""
+    fields = {}
+    for f in dataclasses.fields(DecoderLayer):
+        shape = shapes[f.name]
+        if shape is None:
+            fields[f.name] = None
+        elif f.name in ("W_q", "W_k", "W_v", "W_o", "gate", "up", "down"):
+            fields[f.name] = torch.randn(shape, generator=g, dtype=torch.float32).mul_(std)
+        elif f.name.endswith("norm"):
+            fields[f.name] = torch.ones(shape, dtype=torch.float32)
+        else:  # biases, LayerNorm biases
+            fields[f.name] = torch.zeros(shape, dtype=torch.float32)
+    return DecoderLayer(**fields)
+
+
 def _random_layers(decoder: Decoder, g: torch.Generator, std: float = INIT_STD) -> tuple[DecoderLayer, ...]:
-    """Every layer drawn as the initialiser draws it: the linear maps from N(0, std^2) in the order of
-    the fields, norm multipliers 1, biases 0."""
-    layers = []
-    for L in decoder.layers:
-        fields = {}
-        for f in dataclasses.fields(DecoderLayer):
-            t = getattr(L, f.name)
-            if f.name in ("W_q", "W_k", "W_v", "W_o", "gate", "up", "down"):
-                fields[f.name] = _normal(t, g, std)
-            elif f.name.endswith("norm"):
-                fields[f.name] = None if t is None else torch.ones(t.shape, dtype=torch.float32)
-            else:  # biases, LayerNorm biases
-                fields[f.name] = None if t is None else torch.zeros(t.shape, dtype=torch.float32)
-        layers.append(DecoderLayer(**fields))
-    return tuple(layers)
+    """Every layer drawn (:func:`_draw_layer`) from one generator, layer after layer."""
+    return tuple(_draw_layer(layer_shapes(decoder, k), g, std) for k in range(len(decoder.layers)))
+
+
+class _LazyDraws:
+    """:func:`_random_layers`' layers of a generator, drawn one at a time when asked for (the same numbers):
+    the generator's state at the start of each layer is kept once that layer has been reached, so a layer asked
+    for in order costs one draw, an earlier one a draw from its kept state, a later one the draws of the layers
+    before it. A 1B model's random layers are 4 GiB in float32; this holds one."""
+
+    def __init__(self, decoder: Decoder, g: torch.Generator, std: float):
+        self.shapes = [layer_shapes(decoder, k) for k in range(len(decoder.layers))]
+        self.std, self.states = std, [g.get_state()]
+
+    def _from(self, k: int) -> tuple[DecoderLayer, torch.Generator]:
+        g = torch.Generator()
+        g.set_state(self.states[k])
+        layer = _draw_layer(self.shapes[k], g, self.std)
+        if len(self.states) == k + 1:
+            self.states.append(g.get_state())
+        return layer, g
+
+    def layer(self, k: int) -> DecoderLayer:
+        while len(self.states) <= k:  # the layers before k, drawn to reach k's state and dropped
+            self._from(len(self.states) - 1)
+        return self._from(k)[0]
+
+    def after(self) -> torch.Generator:
+        """The generator as it stands after every layer has been drawn."""
+        self.layer(len(self.shapes) - 1)
+        g = torch.Generator()
+        g.set_state(self.states[-1])
+        return g
 
 
 def _normal(t: torch.Tensor | None, g: torch.Generator, std: float = INIT_STD) -> torch.Tensor | None:
@@ -378,8 +413,9 @@ def token_row(seed: int, token: int, d: int, std: float = INIT_STD) -> torch.Ten
 
 
 def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int], std: float = INIT_STD) -> tuple[Decoder, Callable[[list[int]], list[int]]]:
-    """A random-weight model (:func:`random_decoder`'s layers of ``seed``) whose vocabulary is ``tokens``
-    alone, and the map from a prompt of those tokens to the model's ids.
+    """A random-weight model (:func:`random_decoder`'s layers of ``seed``, drawn one at a time when a forward
+    asks for them: :class:`_LazyDraws`) whose vocabulary is ``tokens`` alone, and the map from a prompt of those
+    tokens to the model's ids.
 
     Row r of the model's embeddings is :func:`token_row` of the r-th smallest token. A forward without
     logits reads only its prompt's rows, so on the mapped prompts this is the model with every row drawn,
@@ -396,17 +432,17 @@ def random_decoder_on(decoder: Decoder, seed: int, tokens: list[int], std: float
         raise ValueError(f"random_decoder_on: token {bad[0]} is not in 0..{vocab - 1}")
     std = _check_std(std)
     index = {t: r for r, t in enumerate(rows)}
-    g = torch.Generator().manual_seed(seed)
+    draws = _LazyDraws(decoder, torch.Generator().manual_seed(seed), std)
     embed = torch.stack([token_row(seed, t, d, std) for t in rows])
     model = dataclasses.replace(
         decoder,
         name=f"{decoder.name} (random weights, seed {seed}, {len(rows)} tokens)",
         embed=embed,
-        layers=_random_layers(decoder, g, std),
+        layers=LazyLayers(len(draws.shapes), draws.layer, dtype=None, checked=True),  # the layers drawn when asked for
         norm=_ones(decoder.norm),
         head=embed,
         norm_bias=_zeros(decoder.norm_bias),
-        pos_embed=_normal(decoder.pos_embed, g, std),
+        pos_embed=None if decoder.pos_embed is None else _normal(decoder.pos_embed, draws.after(), std),
         tokenizer=None,
         bos_id=index.get(decoder.bos_id) if decoder.bos_id is not None else None,
     )

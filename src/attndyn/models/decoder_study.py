@@ -32,7 +32,9 @@ from attndyn.models import decoder_null_runs as null_runs
 from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
 from attndyn.models.bert import CheckpointError
-from attndyn.models.decoder import Decoder, forward, with_dtype
+from attndyn.models.decoder import Decoder, in_dtype
+from attndyn.models.executor import forwards as forward_many
+from attndyn.models.executor import pooled_forwards
 from attndyn.models.families import default_twin_layers, twin_refusal
 
 TWIN_PROMPTS = 4  # the twin runs on the first prompts (one RK4 flow of a layer costs about a second)
@@ -57,8 +59,9 @@ def describe_file(name: str, source: str) -> dict:
 
 
 def forwards(jobs: list[tuple[Decoder, list[int], str]], dtype: torch.dtype, progress: Callable[[int, int], None] | None = None) -> list:
-    """The forward passes (no logits) of ``(decoder, ids, attention)`` jobs, in order, over the worker processes."""
-    return pmap(lambda k: forward(jobs[k][0], jobs[k][1], dtype=dtype, attention=jobs[k][2], logits=False), len(jobs), progress=progress)
+    """The forward passes (no logits) of ``(decoder, ids, attention)`` jobs, in order: one layer-major run a
+    worker process (:func:`attndyn.models.executor.pooled_forwards`)."""
+    return pooled_forwards(jobs, dtype=dtype, progress=progress)
 
 
 def layer_values(fws: list, *, clusters: bool, progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
@@ -306,8 +309,8 @@ def run_study(p: Plan, *, prompts: list[str], dtype: torch.dtype = torch.float32
     shipped = list(prompts) == list(PROMPTS)
     held = (list(HELD_OUT) if shipped else []) if held_out is None else held_out
     prompt_set = prompt_set or ("the shipped prompts" if shipped else "the given prompts")
-    # the weights held in the run's dtype once (forward casts each weight on each call otherwise): the same numbers
-    run = with_dtype(dec, dtype)
+    # the layers read in the run's dtype, each built when a run of prompts reaches it (no copy of the model): the same numbers
+    run = in_dtype(dec, dtype)
     ids = prompt_ids(run, list(prompts) + list(held), cut=shipped)
     step("reading the model", 1, 1)
     stage = f"the three nulls of {len(ids)} prompts (in {str(nulls.NULL_DTYPE).removeprefix('torch.')}), forward passes"
@@ -379,10 +382,10 @@ def _random_null(
     shares at each twin layer on each twin prompt, ``{(layer, prompt): shares}``."""
     random_dec, rows = nulls.random_decoder_on(dec, 0, sorted({t for f in fws for t in f.ids}), std)
     null_regimes = regimes.head_regimes(random_dec, regime_layers, draws=0)
-    model = with_dtype(random_dec, dtype)
+    model = in_dtype(random_dec, dtype)
     shares = {}
-    for p, f in enumerate(fws if twin_layers else []):
-        rf = forward(model, rows(f.ids), dtype=dtype, logits=False)
-        for k in twin_layers:
+    rfs = forward_many(model, [(rows(f.ids), "softmax") for f in fws], dtype=dtype) if twin_layers else []
+    for k in twin_layers:  # layer by layer: each random layer drawn once for every prompt
+        for p, rf in enumerate(rfs):
             shares[k, p] = geo.sublayer_shares(model, rf.hidden[k], rf.hidden[k + 1].double().numpy(), k)
     return null_regimes, shares

@@ -42,6 +42,7 @@ import torch
 
 from attndyn.models.decoder import (
     Decoder,
+    Forward,
     PromptError,
     _norm,
     attention_sublayer,
@@ -51,6 +52,7 @@ from attndyn.models.decoder import (
     layer_masks,
     rope_tables,
 )
+from attndyn.models.file_checks import ModelFileError
 
 
 @dataclass
@@ -263,6 +265,105 @@ def run(
     return plain, edited, counts
 
 
+def forwards(
+    decoder: Decoder,
+    jobs: list[tuple[list[int], str]],
+    *,
+    dtype: torch.dtype = torch.float64,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Forward]:
+    """:func:`attndyn.models.decoder.forward` (without logits) of every ``(ids, attention)`` job, layer-major:
+    each layer is widened once to ``dtype`` and every job runs through it before the next layer is read (for a
+    lazily read decoder, ``len(jobs)`` forwards widen ``L`` layers, not ``len(jobs) * L``; no copy of the model
+    is made). The same operations as ``forward``'s, in the same order: the same numbers bit for bit (tested).
+    Memory: one widened layer and every job's states and attention maps (what the caller keeps anyway); a
+    caller with many jobs runs them in chunks. ``progress(k, L)``: ``k`` of the ``L`` layers done (0 first)."""
+    if dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"dtype {dtype} is not float64 or float32")
+    if not jobs:
+        return []
+    vocab = decoder.embed.shape[0]
+    ids = []
+    for j, (p, how) in enumerate(jobs):
+        if how not in ("softmax", "uniform"):
+            raise ValueError(f"job {j}: attention {how!r} is not 'softmax' or 'uniform'")
+        t = torch.as_tensor(p, dtype=torch.long)
+        if t.ndim != 1 or t.numel() == 0:
+            raise PromptError(f"job {j}: ids must be a non-empty 1-D sequence of token ids (a prompt without tokens?); got shape {tuple(t.shape)}")
+        if int(t.min()) < 0 or int(t.max()) >= vocab:
+            raise PromptError(f"job {j}: token ids must lie in [0, {vocab}); got {int(t.min())}..{int(t.max())}")
+        check_length(decoder, t.numel(), dtype)
+        ids.append(t)
+    cast = lambda t: None if t is None else t.to(device="cpu", dtype=dtype)  # noqa: E731
+    L, hd = len(decoder.layers), decoder.head_dim
+    rope = decoder.positions == "rope"
+    bases = decoder.rope_bases or (decoder.rope_base,) * L
+    lengths = sorted({t.numel() for t in ids})
+    tables = {n: {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device="cpu") for b in set(bases)} for n in lengths} if rope else {}
+    masks = {n: layer_masks(decoder, n) for n in lengths}
+    hidden, attentions = [], [[] for _ in ids]
+    for t in ids:
+        x = cast(decoder.embed[t])
+        if decoder.embed_scale != 1.0:
+            x = x * torch.tensor(decoder.embed_scale, dtype=dtype)
+        if not rope:
+            x = x + cast(decoder.pos_embed)[: t.numel()]
+        hidden.append([x])
+    tell = progress or (lambda i, n: None)
+    tell(0, L)
+    for k in range(L):
+        layer = layer_at(decoder, k, dtype)
+        for j, t in enumerate(ids):
+            n, x = t.numel(), hidden[j][-1]
+            out, P = attention_sublayer(
+                decoder, k, x, tables[n].get(bases[k]) if rope else None, masks[n][k], cast, uniform=jobs[j][1] == "uniform", layer=layer
+            )
+            attentions[j].append(P)
+            if decoder.parallel_residual:
+                x = x + out + feedforward_sublayer(decoder, k, x, cast, layer=layer)
+            else:
+                x = x + out
+                x = x + feedforward_sublayer(decoder, k, x, cast, layer=layer)
+            if not bool(torch.isfinite(x).all()):
+                raise ModelFileError(f"{decoder.name}: the residual stream after layer {k} is not finite in {dtype} (job {j})")
+            hidden[j].append(x)
+        del layer
+        tell(k + 1, L)
+    return [Forward(t.tolist(), torch.stack(h), torch.stack(a), None) for t, h, a in zip(ids, hidden, attentions, strict=True)]
+
+
+def pooled_forwards(
+    jobs: list[tuple[Decoder, list[int], str]], *, dtype: torch.dtype = torch.float64, progress: Callable[[int, int], None] | None = None
+) -> list[Forward]:
+    """:func:`forwards` of ``(decoder, ids, attention)`` jobs, in order, over the worker processes: the consecutive
+    jobs of one decoder split into one layer-major run a worker (interleaved, so the runs are as long as each
+    other; each layer built once a run, no copy of the model). The same numbers as
+    :func:`~attndyn.models.decoder.forward` of each job, whatever the worker count. ``progress(i, n)``: ``i`` of the
+    ``n`` jobs done (a run's at its end)."""
+    from attndyn.core.parallel import pmap
+    from attndyn.core.threads import workers
+
+    runs: list[list[int]] = []
+    for k, job in enumerate(jobs):
+        if runs and jobs[runs[-1][0]][0] is job[0]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    split = []
+    for run in runs:
+        parts = workers(len(run))
+        split += [run[i::parts] for i in range(parts)]
+
+    def one(s: int) -> list[Forward]:
+        return forwards(jobs[split[s][0]][0], [(jobs[k][1], jobs[k][2]) for k in split[s]], dtype=dtype)
+
+    out = pmap(one, len(split), progress=progress, cost=[len(part) for part in split])
+    by_job: dict[int, Forward] = {}
+    for part, fws in zip(split, out, strict=True):
+        by_job.update(zip(part, fws, strict=True))
+    return [by_job[k] for k in range(len(jobs))]
+
+
 def peak_formula(decoder: Decoder, lengths: list[int], n_branches: int, dtype: torch.dtype = torch.float32) -> dict:
     """The terms of the module docstring's peak-memory formula, in bytes, for ``lengths`` (one per branch)."""
     item = torch.finfo(dtype).bits // 8
@@ -284,4 +385,4 @@ def peak_formula(decoder: Decoder, lengths: list[int], n_branches: int, dtype: t
     return {"held": held, "layer": m_layer, "states": states, "transient": transient, "logits": logits, "total": total, "branches": n_branches}
 
 
-__all__ = ["BranchResult", "run", "peak_formula"]
+__all__ = ["BranchResult", "run", "forwards", "pooled_forwards", "peak_formula"]
