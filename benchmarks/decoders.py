@@ -47,8 +47,9 @@ def page(model: str, rounds: int, keep: str | None = None) -> None:
 
     threads = set_process_default()  # what the CLI does: one thread unless ATTNDYN_THREADS says more
     runs = []
+    sampler = _PssSampler()
     for _ in range(rounds):
-        marks = [("start", time.perf_counter(), _cpu())]
+        marks = [("start", time.perf_counter(), _cpu(), _hwm())]
         with tempfile.TemporaryDirectory() as tmp:
             decoder_report(
                 model,
@@ -56,17 +57,17 @@ def page(model: str, rounds: int, keep: str | None = None) -> None:
                 out=Path(keep) if keep else Path(tmp) / "page",
                 dtype=torch.float64,
                 # a stage's first event (i = 0) marks its start
-                progress=lambda msg, i, n, marks=marks: marks.append((msg, time.perf_counter(), _cpu())) if i == 0 else None,
+                progress=lambda msg, i, n, marks=marks: marks.append((msg, time.perf_counter(), _cpu(), _hwm())) if i == 0 else None,
             )
         marks.append(("end", time.perf_counter(), _cpu()))
         runs.append(marks)
     names = [m[0] for m in runs[0][1:-1]]
     print(f"attndyn checkpoint {model}: {os.cpu_count()} cores, {threads} torch thread(s), float64, medians of {rounds} run(s)")
-    print(f"{'stage':<96} {'wall s':>8} {'CPU s':>8}")
+    print(f"{'stage':<96} {'wall s':>8} {'CPU s':>8} {'this process peak GiB before':>30}")
     for k, name in enumerate(names):
         wall = statistics.median(r[k + 2][1] - r[k + 1][1] for r in runs)
         cpu = statistics.median(r[k + 2][2] - r[k + 1][2] for r in runs)
-        print(f"{name[:96]:<96} {wall:8.1f} {cpu:8.1f}")
+        print(f"{name[:96]:<96} {wall:8.1f} {cpu:8.1f} {runs[-1][k + 1][3] / 2**30 if len(runs[-1][k + 1]) > 3 else 0.0:30.2f}")
     wall = statistics.median(r[-1][1] - r[0][1] for r in runs)
     cpu = statistics.median(r[-1][2] - r[0][2] for r in runs)
     print(f"{'total (target: <= 120 s wall on 2 cores)':<96} {wall:8.1f} {cpu:8.1f}")
@@ -74,22 +75,67 @@ def page(model: str, rounds: int, keep: str | None = None) -> None:
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest finished worker
     # forked workers share the parent's pages until they write them: the largest process, not a sum
     print(f"peak resident memory: the largest process {max(own, worker):.2f} GiB (this process {own:.2f} GiB, the largest worker {worker:.2f} GiB)")
+    sampler.stop()
+    print(
+        f"proportional memory (each shared page split among the processes mapping it), summed over this process and its workers, "
+        f"sampled every 0.5 s: largest {sampler.largest / 2**30:.2f} GiB"
+    )
     W = float32_bytes(model) / 2**30
     print(f"the weights in float32: W = {W:.3f} GiB; the largest process is {max(own, worker) / W:.2f} W (issue 49's goal for the page: <= 1.5 W)")
 
 
-def float32_bytes(model: str) -> int:
-    """The model's weights' bytes in float32 (every layer's tensors, the embeddings, the head when untied, the final norm)."""
-    import math
+def _hwm() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
 
-    from attndyn.models.decoder import layer_shapes
+
+class _PssSampler:
+    """The sum of Pss (``/proc/PID/smaps_rollup``) over this process and its descendants, sampled in a thread:
+    the memory the page takes from the machine, each page shared by forked workers counted once."""
+
+    def __init__(self, every: float = 0.5):
+        import threading
+
+        self.largest, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _tree(pid: int) -> list[int]:
+        out, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            try:
+                for task in os.listdir(f"/proc/{p}/task"):
+                    with open(f"/proc/{p}/task/{task}/children") as fh:
+                        todo += [int(c) for c in fh.read().split()]
+            except OSError:
+                pass
+        return out
+
+    def _run(self, every: float) -> None:
+        while not self._done.wait(every):
+            total = 0
+            for p in self._tree(os.getpid()):
+                try:
+                    with open(f"/proc/{p}/smaps_rollup") as fh:
+                        total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
+                except (OSError, StopIteration):
+                    pass
+            self.largest = max(self.largest, total)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def float32_bytes(model: str) -> int:
+    """The model's weights' bytes in float32 (:func:`attndyn.models.decoder.parameters`)."""
+    from attndyn.models.decoder import parameters
     from attndyn.models.decoder_files import load_decoder
 
-    dec = load_decoder(model)
-    tensors = [dec.embed, dec.norm, dec.norm_bias, dec.pos_embed] + ([dec.head] if dec.head is not dec.embed else [])
-    n = sum(t.numel() for t in tensors if t is not None)
-    n += sum(math.prod(s) for k in range(len(dec.layers)) for s in layer_shapes(dec, k).values() if s is not None)
-    return 4 * n
+    return 4 * parameters(load_decoder(model))
 
 
 def main() -> None:

@@ -148,3 +148,20 @@ def test_pooled_forwards_split_each_decoder_s_jobs_over_the_workers_and_keep_the
         want = forward(dec, ids, dtype=torch.float32, attention=how, logits=False)
         assert torch.equal(fw.hidden, want.hidden)
         assert torch.equal(fw.attentions, want.attentions)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_parameters_are_transformers_count_and_the_size_chooses_the_page_s_dtype(tmp_path, monkeypatch, tie):
+    from attndyn.models.decoder import parameters
+    from tests.models.test_decoders import tiny_llama
+
+    model, folder = tiny_llama(tmp_path, tie=tie)
+    dec = load_decoder(str(folder))
+    assert parameters(dec) == model.num_parameters()  # transformers' own count (a tied head counted once)
+    dtype, rule = nulls.auto_dtype(dec)
+    assert dtype == torch.float64
+    assert "at most 1 B" in rule
+    monkeypatch.setattr(nulls, "AUTO_FLOAT64_PARAMS", parameters(dec) - 1)
+    dtype, rule = nulls.auto_dtype(dec)
+    assert dtype == torch.float32
+    assert "more than" in rule

@@ -12,6 +12,7 @@ says nothing for a while.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -41,7 +42,6 @@ def _expected(folder, held: int, workers: int = 1) -> list[tuple[str, list[int]]
     the nulls' jobs each run every prompt (a random-weight model, uniform attention, a draw of permutations); a set's
     forwards are one layer-major run a worker, then a job a prompt for its geometry."""
     from attndyn.models.decoder_files import load_decoder
-    from attndyn.models.decoder_study import TWIN_PROMPTS
 
     scales = len(nulls.initializer_scales(load_decoder(str(folder))))
     runs = lambda n: [len(range(i, n, min(workers, n))) for i in range(min(workers, n))]  # noqa: E731
@@ -53,7 +53,7 @@ def _expected(folder, held: int, workers: int = 1) -> list[tuple[str, list[int]]
     ]
     if H:
         stages.append((f"the held-out set: {H} prompts", runs(H) + [1] * H))
-    stages += [("spectra of every head", [1] * (3 + len(TWIN_LAYERS) * min(TWIN_PROMPTS, P))), ("figures and the page", [1])]
+    stages += [("spectra of every head", [1] * (3 + len(TWIN_LAYERS))), ("figures and the page", [1])]
     return stages
 
 
@@ -114,10 +114,12 @@ def test_checkpoint_off_a_terminal_prints_each_stage_with_its_counts(tmp_path, m
     folder = _tiny_folder(tmp_path)
     texts = tmp_path / "prompts.txt"
     texts.write_text("\n\n".join(PROMPTS))
-    result = CliRunner().invoke(
-        app, ["checkpoint", str(folder), "--prompts", str(texts), "--twin-layers", "0,1", "--dtype", "float64", "--out", str(tmp_path / "page")]
-    )
+    result = CliRunner().invoke(app, ["checkpoint", str(folder), "--prompts", str(texts), "--twin-layers", "0,1", "--out", str(tmp_path / "page")])
     assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "page" / "decoder.json").read_text())  # --dtype auto: a tiny model runs in float64, and says why
+    assert record["dtype"] == "float64"
+    assert record["dtype_rule"].startswith("chosen by size: 0 M parameters, at most 1 B")
+    assert record["dtype_rule"] in (tmp_path / "page" / "index.html").read_text()
     lines = [line for line in result.output.splitlines() if line.startswith("checkpoint: ")]
     line = re.compile(r"^checkpoint: (.+): (\d+) of (\d+)(, about \d+ (?:s|min|h) left)?, \d+ s elapsed$")
     seen: dict[str, list[tuple[int, int]]] = {}

@@ -42,7 +42,7 @@ def decoder_report(
     twin_layers: tuple[int, ...] | None = None,
     regime_layers: tuple[int, ...] | str = "all",
     heatmap: tuple[int, int] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = torch.float32,
     progress: Callable[[str, int, int], None] | None = None,
     held_out: list[str] | None = None,
     prompt_set: str | None = None,

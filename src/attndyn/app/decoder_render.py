@@ -335,7 +335,7 @@ def page(r: dict, finding_names: list[str], other_names: list[str]) -> str:
         "figure.finding img{width:440px}table.findings{font-size:.85em}table.findings td{vertical-align:top}</style></head><body>"
         f"<h1>{html.escape(r['title'])}</h1><p>{html.escape(r['model'])} (the file's own name); {r['layers']} layers, {r['heads']} query heads "
         f"sharing {r['kv_heads']} key/value heads, head dimension {r['head_dim']}, width {r['d_model']}; {html.escape(r['study']['pool'])} of "
-        f"{min(r['tokens'])}-{max(r['tokens'])} tokens, {html.escape(r['dtype'])} (the nulls' forwards in "
+        f"{min(r['tokens'])}-{max(r['tokens'])} tokens, {html.escape(r['dtype'])}{_rule(r)} (the nulls' forwards in "
         f"{html.escape(str(r.get('null_dtype', r['dtype'])))}), attndyn {html.escape(r['version'])}.</p>"
         f"<section id='finding-figures'>{_figures_html(finding_names, 'finding')}</section>"
         "<h2 id='findings-table'>Findings</h2><table class='findings'><tr><th>finding</th><th>decision</th><th>numbers</th></tr>"
@@ -392,3 +392,7 @@ def _regime_html(r: dict) -> str:
         f"<p>{html.escape(regime_sentence(r).removeprefix('- '))}</p>"
         f"<p>{html.escape(r.get('regime_hypotheses', ''))}</p>"
     )
+
+
+def _rule(r: dict) -> str:  # why the page ran in its dtype, when the size chose it (--dtype auto)
+    return "" if r.get("dtype_rule", "as asked") == "as asked" else f", {html.escape(r['dtype_rule'])}"

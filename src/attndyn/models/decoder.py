@@ -625,3 +625,11 @@ def head_weights(decoder: Decoder, layer: int, head: int) -> Weights:
     K = L.W_k[g * hd : (g + 1) * hd].double()
     V = L.W_o[:, head * hd : (head + 1) * hd].double() @ L.W_v[g * hd : (g + 1) * hd].double()
     return Weights(Q, K, V)
+
+
+def parameters(decoder: Decoder) -> int:
+    """The decoder's parameters: every layer's tensors (:func:`layer_shapes`: no layer kept), the embeddings, the
+    output head when it is a tensor of its own, the final norm and the learned positions."""
+    tensors = [decoder.embed, decoder.norm, decoder.norm_bias, decoder.pos_embed] + ([decoder.head] if decoder.head is not decoder.embed else [])
+    n = sum(t.numel() for t in tensors if t is not None)
+    return n + sum(math.prod(s) for k in range(len(decoder.layers)) for s in layer_shapes(decoder, k).values() if s is not None)

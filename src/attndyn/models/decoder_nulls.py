@@ -312,6 +312,20 @@ def uniform_sink_fixed(lengths: list[int], eps: float, *, what: str = "sink rate
     )
 
 
+AUTO_FLOAT64_PARAMS = 10**9  # the page runs in float64 up to this many parameters, in float32 above (time: a float64 GEMM is 2x)
+
+
+def auto_dtype(dec: Decoder) -> tuple[torch.dtype, str]:
+    """The page's compute dtype by size (``--dtype auto``): float64 up to :data:`AUTO_FLOAT64_PARAMS` parameters,
+    float32 above; and the sentence the page says it with."""
+    from attndyn.models.decoder import parameters
+
+    n = parameters(dec)
+    dtype = torch.float64 if n <= AUTO_FLOAT64_PARAMS else torch.float32
+    side = "at most" if dtype == torch.float64 else "more than"
+    return dtype, f"chosen by size: {n / 1e6:,.0f} M parameters, {side} {AUTO_FLOAT64_PARAMS / 1e9:g} B (float64 up to it, float32 above)"
+
+
 def _draw_layer(shapes: dict[str, tuple[int, ...] | None], g: torch.Generator, std: float = INIT_STD) -> DecoderLayer:
     """One layer of the given shapes drawn as the initialiser draws it: the linear maps from N(0, std^2) in the
     order of the fields, norm multipliers 1, biases 0."""

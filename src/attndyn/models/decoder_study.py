@@ -32,7 +32,7 @@ from attndyn.models import decoder_null_runs as null_runs
 from attndyn.models import decoder_nulls as nulls
 from attndyn.models import decoder_regimes as regimes
 from attndyn.models.bert import CheckpointError
-from attndyn.models.decoder import Decoder, in_dtype
+from attndyn.models.decoder import Decoder, in_dtype, parameters
 from attndyn.models.executor import forwards as forward_many
 from attndyn.models.executor import pooled_forwards
 from attndyn.models.families import default_twin_layers, twin_refusal
@@ -297,15 +297,16 @@ def plan(name_or_path: str, *, twin_layers: tuple[int, ...] | None = None, regim
     return Plan(dec, twin_layers, tuple(regime_layers), (lay, head), no_twin or "")
 
 
-def run_study(p: Plan, *, prompts: list[str], dtype: torch.dtype = torch.float32, held_out: list[str] | None = None,
+def run_study(p: Plan, *, prompts: list[str], dtype: torch.dtype | None = torch.float32, held_out: list[str] | None = None,
               prompt_set: str | None = None, progress: Callable[[str, int, int], None] | None = None) -> tuple[dict, np.ndarray]:  # fmt: skip
     """The study (module docstring): the record and the chosen head's attention map on prompt 0. ``held_out``: a second
     prompt set (default: HELD_OUT beside the shipped prompts). ``progress(stage, i, n)``: ``i`` of the ``n`` jobs
-    of ``stage`` (a sentence) done, each stage from 0 to n in turn."""
+    of ``stage`` (a sentence) done, each stage from 0 to n in turn. ``dtype`` None: :func:`~attndyn.models.decoder_nulls.auto_dtype`."""
     from attndyn.models.prompts import HELD_OUT, PROMPTS
 
     step = progress or (lambda stage, i, n: None)
     dec, L = p.decoder, len(p.decoder.layers)
+    dtype, dtype_rule = nulls.auto_dtype(dec) if dtype is None else (dtype, "as asked")
     shipped = list(prompts) == list(PROMPTS)
     held = (list(HELD_OUT) if shipped else []) if held_out is None else held_out
     prompt_set = prompt_set or ("the shipped prompts" if shipped else "the given prompts")
@@ -343,7 +344,8 @@ def run_study(p: Plan, *, prompts: list[str], dtype: torch.dtype = torch.float32
         *geo.twin_jobs(run, fws[:TWIN_PROMPTS], p.twin_layers),
     ]  # the regimes, the longest, first; each job runs whole in one process: the numbers do not depend on the worker count
     step(stage, 0, len(jobs))
-    head_regimes, heads, (null_regimes, null_shares), *twins = pmap(lambda k: jobs[k](), len(jobs), progress=lambda i, n: step(stage, i, n))
+    head_regimes, heads, (null_regimes, null_shares), *per_layer = pmap(lambda k: jobs[k](), len(jobs), progress=lambda i, n: step(stage, i, n))
+    twins = [t for part in per_layer for t in part]
     by_key = {(r["layer"], r["head"]): r for r in head_regimes}
     for h in heads:
         h.update(by_key.get((h["layer"], h["head"]), {}))
@@ -360,7 +362,8 @@ def run_study(p: Plan, *, prompts: list[str], dtype: torch.dtype = torch.float32
         "title": f"{about['file']} ({about['tuning']}, {about['quantisation']}, run in {str(dtype).removeprefix('torch.')})",
         "source": dec.source, "layers": L, "heads": dec.heads, "kv_heads": dec.kv_heads, "head_dim": dec.head_dim, "d_model": dec.d_model,
         "prompts": len(prompts), "prompt_set": prompt_set, "tokens": [len(f.ids) for f in fws],
-        "dtype": str(dtype).removeprefix("torch."), "null_dtype": str(nulls.NULL_DTYPE).removeprefix("torch."),
+        "dtype": str(dtype).removeprefix("torch."), "dtype_rule": dtype_rule,
+        "parameters": parameters(dec), "null_dtype": str(nulls.NULL_DTYPE).removeprefix("torch."),
         "heatmap": {"layer": lay, "head": head, "rank": int(np.linalg.matrix_rank(A, tol=1e-4)), "size": int(A.shape[0])},
         "per_layer": layers, "study": study, "held_out": held_study, "per_head": heads, "twin": summary,
         "twin_refused": p.twin_refused or None,  # why this family has no particle twin (issue 48 item 7), None when it has one

@@ -137,8 +137,10 @@ def decoder_from_gguf(arrays: dict, meta: dict, *, source: str, tokenizer: objec
         if fam.norm_offset and name.endswith("norm.weight"):  # stored as offset + w
             return torch.from_numpy(a.astype(np.float64)) - fam.norm_offset
         if fam.layout == "neox" and ".query_key_value." in name:  # (3, H, hd) rows back to (H, 3, hd)
-            a = a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
-        return torch.from_numpy(a.copy())
+            return torch.from_numpy(np.ascontiguousarray(a.reshape(3, H, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)))
+        # a lazily read cache's float32 tensor is the (copy-on-write) map's own pages: no copy (a 0.5B model's
+        # embeddings and output head are 1.1 GiB); an eager read, or a dequantized array, is the reader's own
+        return torch.from_numpy(a if lazy and a.flags.writeable else a.copy())
 
     return read_hf_family(fam, config, get, name=meta.get("name", Path(source).stem), source=source, tokenizer=tokenizer, lazy=lazy)
 

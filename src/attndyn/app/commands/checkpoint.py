@@ -25,7 +25,14 @@ def checkpoint(
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("checkpoint-report"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load a pytorch_model.bin with torch.load(weights_only=True).")] = False,
     device: Annotated[str, typer.Option("--device", help="Device of the simulated dynamics: cpu, cuda or cuda:N.")] = "cpu",
-    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            help="auto (default: decoders in float64 up to 1e9 parameters and float32 above, said on the page; encoders in float64), "
+            "float64 or float32.",
+        ),
+    ] = "auto",
     prompts: Annotated[Path | None, typer.Option("--prompts", help="Decoders: a text file of prompts, one per paragraph.")] = None,
     twin_layers: Annotated[str | None, typer.Option("--twin-layers", help="Decoders: particle-twin layers, e.g. 0,7,15.")] = None,
     regime_layers: Annotated[
@@ -56,13 +63,15 @@ def checkpoint(
     from attndyn.app.checkpoint_page import checkpoint_report
     from attndyn.models.bert import CheckpointError
 
-    dev, torch_dtype = engine_options(device, dtype)
+    if dtype not in ("auto", "float64", "float32"):
+        fail(f"--dtype {dtype!r} is not auto, float64 or float32")
+    dev, torch_dtype = engine_options(device, "float64" if dtype == "auto" else dtype)
     if compare:
         _compare([Path(path), *compare], out, force_adopt)
         return
     writable(out, "checkpoint", "attndyn checkpoint", force_adopt)
     if _is_decoder(path):
-        record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, torch_dtype)
+        record = _decoder(path, out, prompts, twin_layers, regime_layers, layer, head, None if dtype == "auto" else torch_dtype)
         if table:
             _head_table(
                 record["per_head"],
