@@ -188,8 +188,9 @@ def test_secondary_sinks_on_hand_built_attention():
     assert atlas.uniform_secondary_max(5) == 0.0  # no token has MIN_QUERIES later queries
 
 
-def _rec(model, placement, rate, ci, qk=False):
-    return {"model": model, "norm_placement": placement, "qk_norm": qk, "coupling": {"rate": rate, "ci": ci}, "massive": {"step_up": 23}}
+def _rec(model, placement, rate, ci, qk=False, null=(0.0, 0.1)):
+    coupling = {"rate": rate, "ci": ci, "shuffled_ci": list(null)}
+    return {"model": model, "norm_placement": placement, "qk_norm": qk, "coupling": coupling, "massive": {"step_up": 23}}
 
 
 def test_placement_sentence_follows_the_data():
@@ -206,3 +207,6 @@ def test_placement_sentence_follows_the_data():
     assert "cannot separate" in near
     assert "share one norm placement" in atlas.placement_sentence([pre])
     assert "feed-forward sublayer" in apart
+    assert "smol 0.90 [0.85, 0.95] (step-up in a feed-forward sublayer, apart from its shuffled-token null)" in apart
+    same = atlas.placement_sentence([_rec("smol", "pre-norm", 0.9, [0.85, 0.95], null=(0.8, 0.9))])
+    assert "not distinguishable from its shuffled-token null" in same

@@ -501,7 +501,7 @@ def sink_sentence(rec: dict) -> str:
     return (
         f"In {name}'s middle blocks ({a}-{b}) the token holding the spike is the sink token in {_ci(c['rate'], c['ci'], '.2f')} of the blocks "
         f"(shuffled tokens: {_ci(c['shuffled'], c['shuffled_ci'], '.2f')}, so {compare} the null); the usual sink token is "
-        f"token {sinks} and {rate}. {rec['uniform_fixed']['sink_token']} (there the spike sits on token 0 in "
+        f"token {sinks} and {rate}. {rec['uniform_fixed']['sink_token']} (There the spike sits on token 0 in "
         f"{_ci(c['uniform_spike_on_first'], c['uniform_spike_on_first_ci'], '.2f')} of the middle blocks.) {rec['uniform_fixed']['sink_rate']}"
     ).strip()
 
@@ -522,9 +522,11 @@ def secondary_sentence(rec: dict) -> str:
 
 
 def _coupling_words(r: dict) -> str:
-    s = r["massive"]["step_up"]
+    s, c = r["massive"]["step_up"], r["coupling"]
     kind = "no" if s is None else "an attention" if s % 2 == 0 else "a feed-forward"
-    return f"{r['model']} {_ci(r['coupling']['rate'], r['coupling']['ci'], '.2f')} (step-up in {kind} sublayer)"
+    null = "shuffled_ci" in c and (c["ci"][0] > c["shuffled_ci"][1] or c["ci"][1] < c["shuffled_ci"][0])
+    against = "" if "shuffled_ci" not in c else f", {'apart from' if null else 'not distinguishable from'} its shuffled-token null"
+    return f"{r['model']} {_ci(c['rate'], c['ci'], '.2f')} (step-up in {kind} sublayer{against})"
 
 
 PLACEMENT_WORDS = {"pre-norm": "pre-norm", "sandwich": "norms around each sublayer (sandwich)", "post-norm": "post-norm"}
