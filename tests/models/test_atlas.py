@@ -161,16 +161,17 @@ def test_step_up_fall_on_hand_built_masks():
 
 
 def test_massive_record_on_hand_built_masks():
-    ms = [{"masks": m, "ratio": np.full(8, 10.0 * (p + 1))} for p, m in enumerate((A, B, C))]
-    texts = [["<s>", "a", "b", "c"]] * 3
+    D = [set(), set(), set(), {(0, 3), (1, 2), (3, 2)}, *[{(0, 3), (1, 2), (3, 2)}] * 3, set()]  # two later tokens of one text
+    ms = [{"masks": m, "ratio": np.full(8, 10.0 * (p + 1))} for p, m in enumerate((A, B, C, D))]
+    texts = [["<s>", "a", "b", "a"]] * 4
     m = atlas._massive(ms, texts, 8)
     assert (m["step_up"], m["fall"], m["first_massive"], m["window_end"]) == (3, 7, 1, 5)
     assert m["plateau"]["first"] == 3
     assert m["plateau"]["last"] == 6
-    assert m["plateau"]["ratio"] == pytest.approx(20.0)
-    assert m["dims"] == [{"dim": 3, "prompts": 2}]
-    assert m["tokens"] == [{"position": 0, "text": None, "prompts": 2}]
-    assert m["step_up_per_prompt"] == [3, 3, 4]
+    assert m["plateau"]["ratio"] == pytest.approx(np.mean([10.0, 20.0, 30.0, 40.0]))
+    assert m["dims"] == [{"dim": 3, "prompts": 3}, {"dim": 2, "prompts": 1}]
+    assert m["tokens"] == [{"position": 0, "text": None, "prompts": 3}, {"position": None, "text": "a", "prompts": 1}]  # 'a' twice, one prompt
+    assert m["step_up_per_prompt"] == [3, 3, 4, 3]
 
 
 def test_secondary_sinks_on_hand_built_attention():

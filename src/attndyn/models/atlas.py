@@ -285,10 +285,9 @@ def _massive(plain: list[dict], texts: list[list[str]] | None, S: int) -> dict:
     dims = Counter(j for e in entries for _, j in e)
     tokens = Counter(t for e in entries for t, _ in e)
     out["dims"] = [{"dim": j, "prompts": sum(any(jj == j for _, jj in e) for e in entries)} for j, _ in dims.most_common()]
-    words = Counter()
+    words = Counter()  # each (position 0, or a later token's text) counted once a prompt
     for p, e in enumerate(entries):
-        for t in sorted({t for t, _ in e}):
-            words[(0, None) if t == 0 else (None, texts[p][t] if texts else None)] += 1
+        words.update({(0, None) if t == 0 else (None, texts[p][t] if texts else None) for t, _ in e})
     out["tokens"] = [{"position": t, "text": w, "prompts": c} for (t, w), c in words.most_common()]
     out["positions"] = sorted(tokens)
     return out
@@ -445,7 +444,13 @@ def measure(
 # --- the findings: sentences written from the record -----------------------------------------------------
 
 
-def _ci(v: float, ci: list[float], fmt: str = ".3g") -> str:
+def _finite(v: float | None) -> bool:
+    return v is not None and bool(np.isfinite(v))  # atlas.json holds a NaN as null
+
+
+def _ci(v: float | None, ci: list, fmt: str = ".3g") -> str:
+    if not _finite(v):
+        return "-"
     return f"{v:{fmt}} [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
 
 
@@ -478,12 +483,17 @@ def massive_sentence(rec: dict) -> str:
     dims = ", ".join(f"{d['dim']} ({d['prompts']} prompts)" for d in m["dims"][:4])
     shuffled = [s for s in rec["massive_shuffled"]]
     sh = ", ".join(str(s) for s in sorted(set(shuffled), key=lambda v: (v is None, v)))
-    uni = rec["massive_uniform"]["step_up"]
+    u = rec["massive_uniform"]
+    uni = _where(u["step_up"]) + (f", at {_token_words(u['tokens'])} prompts" if u["step_up"] is not None else "")
+    ratio = [r["ratio"] for r in rec["sublayers"]]
+    k = m["step_up"]
+    jump = f"the mean ratio goes from {ratio[k - 1]:.3g} to {ratio[k]:.3g} there" if k > 0 else f"the mean ratio is {ratio[k]:.3g} there"
     return (
-        f"In {name} the massive activation steps up at {_where(m['step_up'])} (95 % bootstrap interval over prompts: {spread}){before}; "
+        f"In {name} the massive activation steps up at {_where(k)} ({jump}; 95 % bootstrap interval of the step-up over prompts: "
+        f"{spread}){before}; "
         f"it is held by dimension{'s' * (len(m['dims']) > 1)} {dims}, at {_token_words(m['tokens'])} prompts; its plateau runs "
         f"to {_where(p['last'])} at a mean ratio of {_ci(p['ratio'], p['ratio_ci'])} and it {fall}. With the tokens shuffled "
-        f"({rec['shuffles']} draws) the step-up sublayer is {sh}; under uniform causal attention it is {_where(uni)}."
+        f"({rec['shuffles']} draws) the step-up sublayer is {sh}; under uniform causal attention it is {uni}."
     )
 
 
@@ -494,7 +504,7 @@ def sink_sentence(rec: dict) -> str:
         return f"{name} has too few blocks for middle blocks."
     a, b = rec["middle"]
     mid = [r for r in rec["blocks"] if r["middle"]]
-    rates = [r["sink_rate"] for r in mid if np.isfinite(r["sink_rate"])]
+    rates = [r["sink_rate"] for r in mid if _finite(r["sink_rate"])]
     rate = f"the sink rate averages {np.mean(rates):.3g} there" if rates else f"the sink rate is undefined (prompts shorter than T = {geo.SINK_T})"
     sinks = Counter(r["sink_token"] for r in mid).most_common(1)[0][0]
     compare = "above" if c["ci"][0] > c["shuffled_ci"][1] else "below" if c["ci"][1] < c["shuffled_ci"][0] else "not distinguishable from"

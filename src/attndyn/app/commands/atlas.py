@@ -68,6 +68,7 @@ def atlas(
     records = []
     with stage_progress("atlas", f"{len(names)} decoders") as stage:
         for name in names:
+            started = time.perf_counter()
             stage(f"{name}: reading")
             decoder, ids = decoder_with_ids(name, texts)
             what = f"{name}: {len(ids)} prompts, {shuffles} shuffles of each and uniform attention, block by block"
@@ -75,7 +76,7 @@ def atlas(
                 rec = atl.measure(decoder, ids, dtype=torch_dtype, shuffles=shuffles, progress=lambda i, n, what=what: stage(what, i, n))
             except (ValueError, CheckpointError) as err:
                 fail(f"{name}: {err}")
-            rec.update(model=display_name(Path(decoder.source).name), source=name)
+            rec.update(model=display_name(Path(decoder.source).name), source=name, seconds=time.perf_counter() - started)
             records.append(rec)
             del decoder
     placement = atl.placement_sentence(records)
