@@ -82,3 +82,19 @@ def test_bad_atlas_input_exits_2_naming_it(tmp_path, capsys, args, said):
     assert entry(["atlas", *args, "--out", str(out)]) == 2
     assert said in capsys.readouterr().err
     assert not (out / "atlas.json").exists()
+
+
+def test_the_docs_rows_are_the_generators():
+    """docs/guide/atlas.md's marked section is docs_text of docs/data/atlas.json, the sentences written again from
+    the numbers; a changed number changes it."""
+    from attndyn.app.atlas_page import docs_section
+    from tests.helpers import ROOT
+
+    docs = (ROOT / "docs" / "guide" / "atlas.md").read_text(encoding="utf-8")
+    record = json.loads((ROOT / "docs" / "data" / "atlas.json").read_text(encoding="utf-8"))
+    assert docs_section(docs, record) == docs, "the atlas rows in the docs are not the generator's"
+    record["models"][0]["coupling"]["rate"] = 0.123
+    assert docs_section(docs, record) != docs
+    for m in record["models"]:
+        assert m["dtype"] == "float32"
+        assert m["prompts"] == len(PROMPTS)

@@ -74,7 +74,7 @@ def table_rows(records: list[dict]) -> list[tuple[str, list[str]]]:
             return "-"
         if key == "step_up":
             lo, hi = (int(round(v)) for v in m["step_up_interval"])
-            return f"{_sub(m['step_up'])} [{_sub(lo)}, {_sub(hi)}]"
+            return f"{_sub(m['step_up'])} [{_sub(lo)}, {_sub(hi)}]" if lo != hi else f"{_sub(m['step_up'])} (in every resample)"
         if key == "plateau":
             p = m["plateau"]
             return f"{_sub(p['first'])} to {_sub(p['last'])}: ratio {_ci(p['ratio'], p['ratio_ci'])}"
@@ -89,7 +89,7 @@ def table_rows(records: list[dict]) -> list[tuple[str, list[str]]]:
     rows = [
         ("norm placement", [r["norm_placement"] + (", QK-norm" if r["qk_norm"] else "") for r in records]),
         ("blocks, prompts, dtype", [f"{r['layers']}, {r['prompts']}, {r['dtype']}" for r in records]),
-        ("step-up [95 % interval]", [massive(r, "step_up") for r in records]),
+        ("step-up [95 % bootstrap interval]", [massive(r, "step_up") for r in records]),
         ("first above the threshold", [_sub(r["massive"]["first_massive"]) for r in records]),
         ("plateau", [massive(r, "plateau") for r in records]),
         ("fall", [_sub(r["massive"].get("fall")) if r["massive"]["step_up"] is not None else "-" for r in records]),

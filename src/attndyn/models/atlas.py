@@ -383,9 +383,8 @@ def measure(
     ord_cos, ord_ci = _interval(ordinary[:, None]) if np.isfinite(ordinary).any() else (np.array([np.nan]), [[np.nan], [np.nan]])
     sec_sh = _null(np.stack([_secondary(d)[0] for d in shuf], axis=1))
     sec_words = Counter()
-    for p, m in enumerate(plain):
-        for t in sorted({s[0] for k in m["middle"] for s in m["secondary"][k]}):
-            sec_words[texts[p][t] if texts else f"position {t}"] += 1
+    for p, m in enumerate(plain):  # each text counted once a prompt
+        sec_words.update({texts[p][s[0]] if texts else f"position {s[0]}" for k in m["middle"] for s in m["secondary"][k]})
     lengths = [len(p) for p in prompts]
     middle = plain[0]["middle"]
     return {
@@ -522,10 +521,10 @@ def secondary_sentence(rec: dict) -> str:
     if s["prompts_with"] == 0:
         head = f"{name} has no secondary sink ({s['rule']}) in any prompt"
         return f"{head} (shuffled tokens: {_ci(s['shuffled'], s['shuffled_ci'])} per middle block). {rec['uniform_fixed']['secondary']}".strip()
-    words = ", ".join(f"{t['text']!r} ({t['prompts']})" for t in s["tokens"][:5])
+    words = ", ".join(f"{t['text']!r} in {t['prompts']}" for t in s["tokens"][:5])
     return (
         f"{name} has {_ci(s['per_block'], s['per_block_ci'])} secondary sinks per middle block ({s['rule']}), in {s['prompts_with']} of "
-        f"{rec['prompts']} prompts (shuffled tokens: {_ci(s['shuffled'], s['shuffled_ci'])}); mostly the tokens {words}. The "
+        f"{rec['prompts']} prompts (shuffled tokens: {_ci(s['shuffled'], s['shuffled_ci'])}); mostly the tokens {words} prompts. The "
         f"feed-forward output that wrote them has a median cosine of {_ci(s['cosine'], s['cosine_ci'])} with token 0's state, the "
         f"other tokens' {_ci(s['ordinary_cosine'], s['ordinary_cosine_ci'])}. {rec['uniform_fixed']['secondary']}"
     ).strip()
