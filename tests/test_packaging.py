@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["simulate", "meanfield", "sweep", "analyze", "list", "reproduce", "report", "judge", "checkpoint", "intervene", "models"]
+COMMANDS = ["simulate", "meanfield", "sweep", "analyze", "list", "reproduce", "report", "judge", "checkpoint", "intervene", "atlas", "models"]
 
 
 @pytest.fixture(scope="module")

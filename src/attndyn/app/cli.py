@@ -11,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from attndyn.app.cli_common import _one_line, console, fail, said, say
+from attndyn.app.commands.atlas import atlas
 from attndyn.app.commands.checkpoint import checkpoint
 from attndyn.app.commands.claims import judge, list_claims, report, reproduce
 from attndyn.app.commands.intervene import intervene
@@ -186,6 +187,7 @@ app.command()(judge)
 app.command()(checkpoint)
 app.command()(models)
 app.command()(intervene)
+app.command()(atlas)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,33 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def prompt_texts(prompts: Path | None) -> list[str]:
+    """The texts of ``--prompts`` (the shipped prompts when None); exit 2 with one line when the file cannot be read."""
+    from attndyn.app.decoder_page import prompts_from
+
+    try:
+        return prompts_from(prompts)
+    except (OSError, UnicodeDecodeError) as err:
+        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
+    except ValueError as err:
+        fail(str(err))
+
+
+def decoder_with_ids(path: str, texts: list[str]) -> tuple:
+    """The decoder ``path`` names (:func:`~attndyn.models.decoder_files.load_decoder`) and the token ids of ``texts``;
+    exit 2 with one line naming ``path`` when it cannot be read or carries no tokenizer."""
+    from attndyn.models.bert import CheckpointError
+    from attndyn.models.decoder_files import load_decoder
+
+    try:
+        decoder = load_decoder(path)
+    except (CheckpointError, OSError, ValueError) as err:
+        fail(f"{path}: {err}")
+    if decoder.tokenizer is None:
+        fail(f"{path}: the model carries no tokenizer, so the prompts cannot be read")
+    return decoder, [decoder.encode(t) for t in texts]
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__

@@ -86,6 +86,27 @@ def _head_dropped(decoder: Decoder, layer, heads: set[int]):
     return dataclasses.replace(layer, W_o=W_o)
 
 
+def checked_prompts(decoder: Decoder, prompts: list[list[int]], dtype: torch.dtype, *, why: str = "a loss needs at least 2") -> list[torch.Tensor]:
+    """The prompts as token tensors, refused before any work (:class:`PromptError`, naming the prompt) when one
+    has fewer than 2 tokens (``why`` says what needs them), an id past the vocabulary or a length
+    :func:`~attndyn.models.decoder.check_length` refuses; TypeError for a dtype not float64 or float32."""
+    if dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"dtype {dtype} is not float64 or float32")
+    if not prompts:
+        raise ValueError("no prompts to run")
+    vocab = decoder.embed.shape[0]
+    ids = []
+    for i, p in enumerate(prompts):
+        t = torch.as_tensor(p, dtype=torch.long)
+        if t.ndim != 1 or t.numel() < 2:
+            raise PromptError(f"prompt {i} has {t.numel()} tokens; {why}")
+        if int(t.min()) < 0 or int(t.max()) >= vocab:
+            raise PromptError(f"prompt {i}: token ids must lie in [0, {vocab}); got {int(t.min())}..{int(t.max())}")
+        check_length(decoder, t.numel(), dtype)
+        ids.append(t)
+    return ids
+
+
 def run(
     decoder: Decoder,
     prompts: list[list[int]],
@@ -106,20 +127,7 @@ def run(
     from attndyn.models.decoder_geometry import _twin_model, attention_measures, twin_update
 
     branches = list(branches or [])
-    if dtype not in (torch.float64, torch.float32):
-        raise TypeError(f"dtype {dtype} is not float64 or float32")
-    if not prompts:
-        raise ValueError("no prompts to run")
-    vocab = decoder.embed.shape[0]
-    ids = []
-    for i, p in enumerate(prompts):
-        t = torch.as_tensor(p, dtype=torch.long)
-        if t.ndim != 1 or t.numel() < 2:
-            raise PromptError(f"prompt {i} has {t.numel()} tokens; a loss needs at least 2")
-        if int(t.min()) < 0 or int(t.max()) >= vocab:
-            raise PromptError(f"prompt {i}: token ids must lie in [0, {vocab}); got {int(t.min())}..{int(t.max())}")
-        check_length(decoder, t.numel(), dtype)
-        ids.append(t)
+    ids = checked_prompts(decoder, prompts, dtype)
     L = len(decoder.layers)
     for b, (i, edits) in enumerate(branches):
         if not 0 <= i < len(prompts):
@@ -385,4 +393,4 @@ def peak_formula(decoder: Decoder, lengths: list[int], n_branches: int, dtype: t
     return {"held": held, "layer": m_layer, "states": states, "transient": transient, "logits": logits, "total": total, "branches": n_branches}
 
 
-__all__ = ["BranchResult", "run", "forwards", "pooled_forwards", "peak_formula"]
+__all__ = ["BranchResult", "checked_prompts", "run", "forwards", "pooled_forwards", "peak_formula"]

@@ -81,6 +81,7 @@ OWN = {
     "claim-run": {"config.json", "result.json", "summary.json", "arrays.npz", "figures", "*.gif"},
     "checkpoint": {"checkpoint.json", "decoder.json", "index.html", "figures", "per_head.csv", "heads.csv", "layers.csv", "*.png", "*.svg"},
     "intervene": {"interventions.json", "index.html", "*.png", "*.svg"},
+    "atlas": {"atlas.json", "index.html", "*.png", "*.svg"},
     "meanfield": {
         *("config.json", "density.npz", "summary.json", "density.gif"),
         *("density.png", "density.svg", "order_parameter.png", "order_parameter.svg"),

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attndyn.app.cli_common import FORCE_ADOPT, console, engine_options, fail, stage_progress, writable
+from attndyn.app.cli_common import FORCE_ADOPT, console, engine_options, fail, prompt_texts, stage_progress, writable
 
 
 def checkpoint(
@@ -175,15 +175,10 @@ def _decoder(
     path: str, out: Path, prompts: Path | None, twin_layers: str | None, regime_layers: str, layer: int, head: int | None, torch_dtype
 ) -> dict:
     """``attndyn checkpoint`` for causal decoders (see :mod:`attndyn.app.decoder_page`)."""
-    from attndyn.app.decoder_page import decoder_report, prompts_from
+    from attndyn.app.decoder_page import decoder_report
     from attndyn.workflow import ownership
 
-    try:
-        texts = prompts_from(prompts)
-    except (OSError, UnicodeDecodeError) as err:
-        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
-    except ValueError as err:
-        fail(str(err))
+    texts = prompt_texts(prompts)
     try:
         layers = None if twin_layers is None else tuple(int(v) for v in twin_layers.split(","))
     except ValueError:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attndyn.app.cli_common import FORCE_ADOPT, console, fail, stage_progress, writable
+from attndyn.app.cli_common import FORCE_ADOPT, console, decoder_with_ids, fail, prompt_texts, stage_progress, writable
 
 
 def intervene(
@@ -62,11 +62,9 @@ def intervene(
     prompts, beside its null."""
     import torch
 
-    from attndyn.app.decoder_page import prompts_from
     from attndyn.app.interventions_page import page
     from attndyn.models import interventions as iv
     from attndyn.models.bert import CheckpointError
-    from attndyn.models.decoder_files import load_decoder
     from attndyn.models.file_checks import display_name
     from attndyn.workflow import ownership
     from attndyn.workflow.files import write_json
@@ -107,19 +105,8 @@ def intervene(
     if draws < 1:
         fail(f"--draws {draws} is below 1")
     writable(out, "intervene", "attndyn intervene", force_adopt)
-    try:
-        texts = prompts_from(prompts)
-    except (OSError, UnicodeDecodeError) as err:
-        fail(f"--prompts {str(prompts)!r} cannot be read ({err.__class__.__name__})")
-    except ValueError as err:
-        fail(str(err))
-    try:
-        decoder = load_decoder(path)
-    except (CheckpointError, OSError, ValueError) as err:
-        fail(f"{path}: {err}")
-    if decoder.tokenizer is None:
-        fail(f"{path}: the model carries no tokenizer, so the prompts cannot be read")
-    ids = [decoder.encode(t) for t in texts]
+    texts = prompt_texts(prompts)
+    decoder, ids = decoder_with_ids(path, texts)
     theory_layers = None
     if layers is not None:
         L = len(decoder.layers)
