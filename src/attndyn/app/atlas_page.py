@@ -77,7 +77,11 @@ def table_rows(records: list[dict]) -> list[tuple[str, list[str]]]:
             return f"{_sub(m['step_up'])} [{_sub(lo)}, {_sub(hi)}]" if lo != hi else f"{_sub(m['step_up'])} (in every resample)"
         if key == "plateau":
             p = m["plateau"]
-            return f"{_sub(p['first'])} to {_sub(p['last'])}: ratio {_ci(p['ratio'], p['ratio_ci'])}"
+            ratio = [row["ratio"] for row in r["sublayers"]]
+            return (
+                f"{_sub(p['first'])} to {_sub(p['last'])}: ratio {ratio[p['first']]:.3g} at the start, {ratio[p['last']]:.3g} at the end, "
+                f"mean {_ci(p['ratio'], p['ratio_ci'])}"
+            )
         if key == "dims":
             return ", ".join(f"{d['dim']} ({d['prompts']})" for d in m["dims"][:5])
         return ", ".join(("token 0" if t["position"] == 0 else repr(t["text"])) + f" ({t['prompts']})" for t in m["tokens"][:5])

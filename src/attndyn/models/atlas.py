@@ -487,11 +487,14 @@ def massive_sentence(rec: dict) -> str:
     ratio = [r["ratio"] for r in rec["sublayers"]]
     k = m["step_up"]
     jump = f"the mean ratio goes from {ratio[k - 1]:.3g} to {ratio[k]:.3g} there" if k > 0 else f"the mean ratio is {ratio[k]:.3g} there"
+    start, end = ratio[p["first"]], ratio[p["last"]]
+    drift = f"{start / end:.3g} times lower" if end < start else f"{end / start:.3g} times higher"
     return (
         f"In {name} the massive activation steps up at {_where(k)} ({jump}; 95 % bootstrap interval of the step-up over prompts: "
         f"{spread}){before}; "
-        f"it is held by dimension{'s' * (len(m['dims']) > 1)} {dims}, at {_token_words(m['tokens'])} prompts; its plateau runs "
-        f"to {_where(p['last'])} at a mean ratio of {_ci(p['ratio'], p['ratio_ci'])} and it {fall}. With the tokens shuffled "
+        f"it is held by dimension{'s' * (len(m['dims']) > 1)} {dims}, at {_token_words(m['tokens'])} prompts; its entries stay "
+        f"to {_where(p['last'])}, where the mean ratio is {end:.3g}, {drift} than at the step-up ({start:.3g}; over the span "
+        f"{_ci(p['ratio'], p['ratio_ci'])} on average: not a flat plateau when these differ), and it {fall}. With the tokens shuffled "
         f"({rec['shuffles']} draws) the step-up sublayer is {sh}; under uniform causal attention it is {uni}."
     )
 
