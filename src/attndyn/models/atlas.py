@@ -40,15 +40,8 @@ import torch
 
 from attndyn.models import decoder_geometry as geo
 from attndyn.models import decoder_nulls as nulls
-from attndyn.models.decoder import (
-    Decoder,
-    attention_sublayer,
-    feedforward_sublayer,
-    layer_at,
-    layer_masks,
-    rope_tables,
-)
-from attndyn.models.executor import checked_prompts
+from attndyn.models.decoder import Decoder, attention_sublayer, feedforward_sublayer, layer_at
+from attndyn.models.executor import checked_prompts, layout
 from attndyn.models.interventions_massive import massive_mask, window_end
 
 MIN_QUERIES = 8  # later queries a secondary sink's average needs: a token seen by one or two queries is not a sink
@@ -84,16 +77,6 @@ def norm_placement(decoder: Decoder) -> str:
     return "post-norm"
 
 
-def _inputs(decoder: Decoder, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The embeddings of ``ids`` as :func:`~attndyn.models.decoder.forward` makes them."""
-    x = decoder.embed[ids].to(dtype=dtype)
-    if decoder.embed_scale != 1.0:
-        x = x * torch.tensor(decoder.embed_scale, dtype=dtype)
-    if decoder.positions != "rope":
-        x = x + decoder.pos_embed.to(dtype=dtype)[: ids.numel()]
-    return x
-
-
 class _Sequences:
     """Token sequences run layer by layer: their states, tables and masks, one layer at a time."""
 
@@ -102,15 +85,7 @@ class _Sequences:
             raise ValueError(f"{decoder.name}: a parallel-residual decoder has no state between its attention and feed-forward sublayers")
         self.ids = checked_prompts(decoder, seqs, dtype, why="the atlas needs at least 2")
         self.decoder, self.dtype = decoder, dtype
-        L, hd = len(decoder.layers), decoder.head_dim
-        self.bases = decoder.rope_bases or (decoder.rope_base,) * L
-        lengths = sorted({t.numel() for t in self.ids})
-        rope = decoder.positions == "rope"
-        self.tables = (
-            {n: {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device="cpu") for b in set(self.bases)} for n in lengths} if rope else {}
-        )
-        self.masks = {n: layer_masks(decoder, n) for n in lengths}
-        self.x = [_inputs(decoder, t, dtype) for t in self.ids]
+        self.bases, self.tables, self.masks, self.x = layout(decoder, self.ids, dtype)
 
     def cast(self, t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.to(dtype=self.dtype)

@@ -86,9 +86,11 @@ def _head_dropped(decoder: Decoder, layer, heads: set[int]):
     return dataclasses.replace(layer, W_o=W_o)
 
 
-def checked_prompts(decoder: Decoder, prompts: list[list[int]], dtype: torch.dtype, *, why: str = "a loss needs at least 2") -> list[torch.Tensor]:
+def checked_prompts(
+    decoder: Decoder, prompts: list[list[int]], dtype: torch.dtype, *, least: int = 2, why: str = "a loss needs at least 2"
+) -> list[torch.Tensor]:
     """The prompts as token tensors, refused before any work (:class:`PromptError`, naming the prompt) when one
-    has fewer than 2 tokens (``why`` says what needs them), an id past the vocabulary or a length
+    has fewer than ``least`` tokens (``why`` says what needs them), an id past the vocabulary or a length
     :func:`~attndyn.models.decoder.check_length` refuses; TypeError for a dtype not float64 or float32."""
     if dtype not in (torch.float64, torch.float32):
         raise TypeError(f"dtype {dtype} is not float64 or float32")
@@ -98,13 +100,35 @@ def checked_prompts(decoder: Decoder, prompts: list[list[int]], dtype: torch.dty
     ids = []
     for i, p in enumerate(prompts):
         t = torch.as_tensor(p, dtype=torch.long)
-        if t.ndim != 1 or t.numel() < 2:
+        if t.ndim != 1 or t.numel() < least:
             raise PromptError(f"prompt {i} has {t.numel()} tokens; {why}")
         if int(t.min()) < 0 or int(t.max()) >= vocab:
             raise PromptError(f"prompt {i}: token ids must lie in [0, {vocab}); got {int(t.min())}..{int(t.max())}")
         check_length(decoder, t.numel(), dtype)
         ids.append(t)
     return ids
+
+
+def layout(decoder: Decoder, ids: list[torch.Tensor], dtype: torch.dtype) -> tuple[tuple, dict, dict, list[torch.Tensor]]:
+    """What a layer-major run of the token tensors ``ids`` needs, as :func:`~attndyn.models.decoder.forward` makes
+    it: each layer's RoPE base, the RoPE tables ``{length: {base: (cos, sin)}}`` (empty for learned positions),
+    the masks ``{length: per layer}`` and each sequence's input (its embeddings x scale, plus the learned
+    positions)."""
+    L, hd = len(decoder.layers), decoder.head_dim
+    rope = decoder.positions == "rope"
+    bases = decoder.rope_bases or (decoder.rope_base,) * L
+    lengths = sorted({t.numel() for t in ids})
+    tables = {n: {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device="cpu") for b in set(bases)} for n in lengths} if rope else {}
+    masks = {n: layer_masks(decoder, n) for n in lengths}
+    inputs = []
+    for t in ids:
+        x = decoder.embed[t].to(dtype=dtype)
+        if decoder.embed_scale != 1.0:
+            x = x * torch.tensor(decoder.embed_scale, dtype=dtype)
+        if not rope:
+            x = x + decoder.pos_embed.to(dtype=dtype)[: t.numel()]
+        inputs.append(x)
+    return bases, tables, masks, inputs
 
 
 def run(
@@ -135,22 +159,8 @@ def run(
         for e in edits:  # a branch edits its own prompt only
             e.check(decoder, [len(t) for t in ids], own=len(ids[i]))
     cast = lambda t: None if t is None else t.to(dtype=dtype)  # noqa: E731
-    hd = decoder.head_dim
     rope = decoder.positions == "rope"
-    bases = decoder.rope_bases or (decoder.rope_base,) * L
-
-    def embed(t):
-        x = cast(decoder.embed[t])
-        if decoder.embed_scale != 1.0:
-            x = x * torch.tensor(decoder.embed_scale, dtype=dtype)
-        if not rope:
-            x = x + cast(decoder.pos_embed)[: t.numel()]
-        return x
-
-    lengths = sorted({t.numel() for t in ids})
-    tables = {n: {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device="cpu") for b in set(bases)} for n in lengths} if rope else {}
-    masks = {n: layer_masks(decoder, n) for n in lengths}
-    plain_x = [embed(t) for t in ids]
+    bases, tables, masks, plain_x = layout(decoder, ids, dtype)
     plain_hidden = [[x] for x in plain_x] if record else None
     plain_att: list[list] = [[] for _ in ids]
     branch_att: list[list] = [[] for _ in branches]
@@ -286,37 +296,16 @@ def forwards(
     is made). The same operations as ``forward``'s, in the same order: the same numbers bit for bit (tested).
     Memory: one widened layer and every job's states and attention maps (what the caller keeps anyway); a
     caller with many jobs runs them in chunks. ``progress(k, L)``: ``k`` of the ``L`` layers done (0 first)."""
-    if dtype not in (torch.float64, torch.float32):
-        raise TypeError(f"dtype {dtype} is not float64 or float32")
     if not jobs:
         return []
-    vocab = decoder.embed.shape[0]
-    ids = []
-    for j, (p, how) in enumerate(jobs):
+    for j, (_, how) in enumerate(jobs):
         if how not in ("softmax", "uniform"):
             raise ValueError(f"job {j}: attention {how!r} is not 'softmax' or 'uniform'")
-        t = torch.as_tensor(p, dtype=torch.long)
-        if t.ndim != 1 or t.numel() == 0:
-            raise PromptError(f"job {j}: ids must be a non-empty 1-D sequence of token ids (a prompt without tokens?); got shape {tuple(t.shape)}")
-        if int(t.min()) < 0 or int(t.max()) >= vocab:
-            raise PromptError(f"job {j}: token ids must lie in [0, {vocab}); got {int(t.min())}..{int(t.max())}")
-        check_length(decoder, t.numel(), dtype)
-        ids.append(t)
+    ids = checked_prompts(decoder, [p for p, _ in jobs], dtype, least=1, why="a forward pass needs at least 1")
     cast = lambda t: None if t is None else t.to(device="cpu", dtype=dtype)  # noqa: E731
-    L, hd = len(decoder.layers), decoder.head_dim
-    rope = decoder.positions == "rope"
-    bases = decoder.rope_bases or (decoder.rope_base,) * L
-    lengths = sorted({t.numel() for t in ids})
-    tables = {n: {b: rope_tables(n, decoder.rotary_dim or hd, b, dtype=dtype, device="cpu") for b in set(bases)} for n in lengths} if rope else {}
-    masks = {n: layer_masks(decoder, n) for n in lengths}
-    hidden, attentions = [], [[] for _ in ids]
-    for t in ids:
-        x = cast(decoder.embed[t])
-        if decoder.embed_scale != 1.0:
-            x = x * torch.tensor(decoder.embed_scale, dtype=dtype)
-        if not rope:
-            x = x + cast(decoder.pos_embed)[: t.numel()]
-        hidden.append([x])
+    L, rope = len(decoder.layers), decoder.positions == "rope"
+    bases, tables, masks, inputs = layout(decoder, ids, dtype)
+    hidden, attentions = [[x] for x in inputs], [[] for _ in ids]
     tell = progress or (lambda i, n: None)
     tell(0, L)
     for k in range(L):
