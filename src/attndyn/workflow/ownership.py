@@ -606,9 +606,43 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", 
     if proof is None and any(e != LOCK for e in os.listdir(folder)):
         _adopt(folder)
     owner = Owner(folder, kind, writer, *(({**proof[k]} if proof else {}) for k in ("files", "previous", "writing")))
+    if proof is not None:
+        _remove_own_temporaries(folder, [MARKER, *proof["files"], *proof["writing"]])
     owner._save()
     _OWNERS[os.path.abspath(folder)] = owner
     return owner
+
+
+def _remove_own_temporaries(folder: Path, rels: list[str]) -> list[Path]:
+    """Remove the temporary files that an earlier run of this folder left when it was killed while writing
+    (:func:`write_bytes` and the marker write ``.NAME.XXXXXXXX.tmp`` beside ``NAME`` and rename it; SIGKILL
+    or a power cut skips the clean-up): for each recorded or announced ``NAME``, the regular files of the
+    user named so, in that folder and never through a link. Called with the folder's lock held, so no other
+    attndyn run is writing them. Returns what was removed."""
+    root = os.path.realpath(folder)
+    removed = []
+    for parent, names in _by_parent(rels).items():
+        where = os.path.join(root, parent)
+        if os.path.realpath(where) != os.path.normpath(where) or not os.path.isdir(where):
+            continue  # a link or no folder: nothing of ours to remove there
+        pattern = re.compile("|".join(rf"\.{re.escape(n)}\.[a-z0-9_]{{8}}\.tmp" for n in names))
+        for entry in os.scandir(where):
+            if not pattern.fullmatch(entry.name):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _by_parent(rels: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rel in rels:
+        parent, _, name = rel.rpartition("/")
+        if name:
+            out.setdefault(parent, set()).add(name)
+    return out
 
 
 def _refuse_if_held(folder: Path) -> None:
