@@ -4,6 +4,9 @@ mkdocs-jupyter's page template carries a loader for mermaid diagrams from a CDN 
 notebook draws one; ours do not) and an empty MathJax ``<script src="">``; both are removed from
 every page after it is rendered, and the build fails if any other remote script or stylesheet is left.
 
+Math: the pages' ``\\(...\\)`` and ``\\[...\\]`` formulas (kept by ``pymdownx.arithmatex``) and the notebooks'
+``$...$`` become MathML (:mod:`attndyn.app.mathml`), which the browser draws itself: nothing is fetched.
+
 Progress (``make docs`` runs ``mkdocs build --quiet``, whose log says nothing for minutes while the
 notebooks execute): one line on stderr per notebook with its time (``docs: notebooks/NAME.ipynb executed
 in 41 s (2 of 4)``), and a line every ``HEARTBEAT`` seconds naming the page being built whenever nothing
@@ -69,7 +72,20 @@ def on_pre_page(page, config, files):
     return page
 
 
+ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+MARKDOWN_CELL = re.compile(r"(<div[^>]*\bjp-RenderedMarkdown\b[^>]*>)(.*?)(</div>)", re.S)
+
+
+def _math(html: str, notebook: bool) -> str:
+    from attndyn.app import mathml
+
+    if notebook:
+        return MARKDOWN_CELL.sub(lambda m: m[1] + mathml.dollars_to_mathml(m[2]) + m[3], html)
+    return ARITHMATEX.sub(lambda m: mathml.delimited_to_mathml(m[2]), html)
+
+
 def on_page_content(html: str, page, config, files) -> str:
+    html = _math(html, page.file.src_path.endswith(".ipynb"))
     if page.file.src_path.endswith(".ipynb"):
         _now["done"] += 1
         verb = "executed" if _now["execute"] else "rendered"

@@ -138,6 +138,38 @@ def test_a_card_opens_its_section(pw, claims_report):
     page.close()
 
 
+MATH_BOXES = """Array.from(document.querySelectorAll('math')).filter(m => m.checkVisibility()).map(m => {
+    const r = m.getBoundingClientRect(); return {w: r.width, h: r.height, tex: m.getAttribute('alttext')}; })"""
+# a fraction drawn as a fraction (MathML laid out by the browser): its numerator sits above its denominator
+FRACTION_STACKED = """(() => { const f = document.querySelector('header math mfrac');
+    const [a, b] = [f.children[0].getBoundingClientRect(), f.children[1].getBoundingClientRect()];
+    return a.bottom <= b.top + 1 && Math.abs((a.left + a.right) - (b.left + b.right)) < a.width + b.width; })()"""
+
+
+def test_the_math_is_drawn_by_the_browser_offline(pw, claims_report):
+    """The header's model and model-equivalence's statement are MathML that Chromium lays out (no script, no font
+    fetched): every formula has a box, the fraction is stacked, and no LaTeX source is left in the text."""
+    page, errors, failed = open_page(pw, claims_report / "index.html")
+    page.click("#card-model-equivalence h3 a")
+    page.wait_for_function("document.getElementById('model-equivalence').open === true")
+    boxes = page.evaluate(MATH_BOXES)
+    assert len(boxes) >= 3, boxes  # the model, and the statement's two formulas
+    for box in boxes:
+        assert box["w"] > 5, box
+        assert box["h"] > 5, box
+    assert any(box["tex"].startswith("\\dot z_i") for box in boxes)
+    assert page.evaluate(FRACTION_STACKED)
+    header = next(b for b in boxes if "frac" in b["tex"])
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector('header p')).fontSize)")
+    assert header["h"] > 1.5 * line  # a fraction in a row of text, not the LaTeX written flat
+    text = page.inner_text("body")
+    assert "\\(" not in text
+    assert "\\frac" not in text
+    assert errors == []
+    assert failed == []
+    page.close()
+
+
 def test_report_command_writes_the_preview_of_the_first_screen(claims_report):
     # in a subprocess: Playwright's sync API cannot start a second instance inside this module's
     (claims_report / "preview.png").unlink(missing_ok=True)

@@ -55,6 +55,19 @@ def test_the_site_has_every_page(site):
     assert "beta off by 5 %" in catalogue  # a stated sensitivity reaches the catalogue
 
 
+def test_the_math_is_mathml_in_pages_and_notebooks(site):
+    """\\(...\\) and \\[...\\] on the pages, $...$ in the notebooks: MathML in the built HTML, no LaTeX left."""
+    index = (site / "index.html").read_text()
+    assert index.count("<math ") >= 6
+    assert 'display="block"' in index  # the model's equation on its own line
+    assert 'class="arithmatex"' not in index
+    assert "\\dot x_i(t)" not in index.replace('alttext="', "").split("<math")[0]  # not left as text before the first formula
+    notebook = (site / "notebooks" / "01-quickstart" / "index.html").read_text()
+    assert notebook.count("<math ") >= 5
+    assert "$V = I$" not in notebook
+    assert "$z = e^{-tV}x$" not in notebook
+
+
 @pytest.mark.skipif(browser.find_chromium() is None, reason="no Chromium on this machine (Debian package 'chromium')")
 @pytest.mark.parametrize(("page", "text"), [("index.html", "interacting particle system"), ("api/core/index.html", "prepare")])
 def test_pages_open_offline_in_a_browser(site, page, text):
@@ -77,6 +90,13 @@ def test_pages_open_offline_in_a_browser(site, page, text):
             assert text in tab.inner_text("body")
             assert remote == [], remote
             assert errors == [], errors
+            if page == "index.html":  # the model's equation laid out by the browser: its fraction is stacked
+                stacked = tab.evaluate(
+                    """(() => { const f = document.querySelector('math[display=block] mfrac');
+                    const [a, b] = [f.children[0].getBoundingClientRect(), f.children[1].getBoundingClientRect()];
+                    return a.height > 0 && a.bottom <= b.top + 1; })()"""
+                )
+                assert stacked
         finally:
             chromium.close()
 

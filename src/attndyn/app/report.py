@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 from attndyn import __version__
+from attndyn.app import mathml
 from attndyn.core.errors import UserError
 from attndyn.workflow.files import atomic_write_text, write_json
 
@@ -117,6 +118,9 @@ def _verdict_cell(v) -> str:
 def _check_verdict(passed) -> str:
     return "report" if passed is None else ("pass" if passed else "fail")
 
+
+# the model in the header, in LaTeX; the page shows it as MathML (drawn by the browser offline; attndyn.app.mathml)
+MODEL_TEX = r"\dot x_i = \sum_{j} \frac{e^{\beta \langle Q x_i, K x_j \rangle}}{\sum_k e^{\beta \langle Q x_i, K x_k \rangle}}\, V x_j"
 
 CSS = """
 .provenance pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}.provenance code{overflow-wrap:anywhere}
@@ -246,7 +250,7 @@ def _section(r: dict) -> str:
         f'<details class="claim" id="{cid}"><summary>{cid}: {html.escape(r.get("title", ""))} '
         f'<span class="badge {verdict}">{verdict}</span></summary>'
         f"<p><b>Paper:</b> {html.escape(r['paper_ref'])}. <b>Verdict:</b> {verdict} ({r['seconds']:.1f} s)</p>{reason}"
-        f"<p>{html.escape(r.get('statement', ''))}</p><p><b>Hypotheses:</b> {html.escape(r.get('hypotheses', ''))}</p>"
+        f"<p>{mathml.html_text(r.get('statement', ''))}</p><p><b>Hypotheses:</b> {mathml.html_text(r.get('hypotheses', ''))}</p>"
         f"<details><summary>Parameters and seeds</summary><pre>{params}</pre></details>"
         f"{table}<div class='figs'>{figs}</div>{movies}</details>"
     )
@@ -269,7 +273,7 @@ def render(records: list[dict], *, quick: bool, seed: int | None, unfinished: di
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
         f"<title>attndyn: reproduction report</title><link rel='icon' href='data:,'><style>{CSS}</style></head><body>"
         "<header><h1>The emergence of clusters in self-attention dynamics: reproduction report</h1>"
-        "<p>Tokens move under self-attention, x_i' = sum_j softmax_j(beta &lt;Q x_i, K x_j&gt;) V x_j, and gather into clusters "
+        f"<p>Tokens move under self-attention, {mathml.to_mathml(MODEL_TEX)}, and gather into clusters "
         "whose shape is set by the spectrum of V (Geshkovski, Letrouit, Polyanskiy, Rigollet, NeurIPS 2023, arXiv:2305.05465v6, "
         "and its successors). Each card is one claim, checked numerically: <i>pass</i>/<i>fail</i> for theorems, <i>report</i> "
         "(values, no judgement) for conjectures and exploratory runs. Click a card for its section.</p>"

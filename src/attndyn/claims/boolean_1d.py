@@ -18,8 +18,8 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §2, Theorem 2.1",
     title="d = 1: the attention matrix becomes a low-rank Boolean matrix; the extreme tokens lead",
     statement=(
-        "In dimension 1 with V > 0 and QK > 0 and pairwise distinct initial tokens, P(t) converges to a matrix whose rows "
-        "are e_1 or e_n (the attention goes to the smallest or the largest token, the leaders) except at most one row; "
+        r"In dimension 1 with \(V > 0\) and \(QK > 0\) and pairwise distinct initial tokens, \(P(t)\) converges to a matrix whose rows "
+        r"are \(e_1^\top\) or \(e_n^\top\) (the attention goes to the smallest or the largest token, the leaders) except at most one row; "
         "for almost every initial sequence the limit has rank 1 or 2. Also judged: |x_i - x_j| never decreases when "
         "v = q = 1, the unbounded tokens' z_i converge (the lemmas of §7), and every row's -log(1 - P_i,lead) grows like e^{c v t} with "
         "c = 1 (its nearest competitor in the leader's own cluster) or c = 2 (in the other one), to 0.1, fitted where the row is "

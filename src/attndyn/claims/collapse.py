@@ -13,8 +13,9 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §3, the case V = -I (stated with Theorem 3.1; proof in §8)",
     title="V = -I: a single cluster at the origin, at an algebraic rate",
     statement=(
-        "With V = -I_d and Q^T K = I_d, every token x_i(t) tends to 0 and P(t) tends to the uniform matrix (1/n) 1 1^T. "
-        "The decay is algebraic (max |x_i| ~ t^{-1/2}, max |P - 1/n| ~ 1/t), not exponential."
+        r"With \(V = -I_d\) and \(Q^\top K = I_d\), every token \(x_i(t)\) tends to 0 and \(P(t)\) tends to the uniform matrix "
+        r"\(\frac{1}{n} \mathbf{1} \mathbf{1}^\top\). The decay is algebraic (\(\max_i |x_i| \sim t^{-1/2}\), "
+        r"\(\max_{ij} |P_{ij} - \frac{1}{n}| \sim 1/t\)), not exponential."
     ),
     hypotheses="V = -I_d, Q = K = I_d; any initial tokens (x-form, since z = e^{t} x diverges).",
     kind="pass/fail",

@@ -20,10 +20,10 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §4, Definition 4.1 and Theorem 4.2 (proof in §9)",
     title="Good triples: clustering toward at most three parallel hyperplanes",
     statement=(
-        "If the eigenvalue of V of largest modulus is real, positive and simple (lambda_1, eigenvector phi_1, left "
-        "eigenvector phi_1*) and <Q phi_1, K phi_1> > 0, then every phi_1*(z_i(t)) converges, and the limits lie in "
-        "{a, 0, b} with a = lim min_j phi_1*(z_j), b = lim max_j phi_1*(z_j): the tokens approach at most three parallel "
-        "hyperplanes orthogonal to phi_1*. z itself may diverge along other directions."
+        r"If the eigenvalue of \(V\) of largest modulus is real, positive and simple (\(\lambda_1\), eigenvector \(\varphi_1\), left "
+        r"eigenvector \(\varphi_1^*\)) and \(\langle Q \varphi_1, K \varphi_1 \rangle > 0\), then every \(\varphi_1^*(z_i(t))\) converges, "
+        r"and the limits lie in \(\{a, 0, b\}\) with \(a = \lim_t \min_j \varphi_1^*(z_j(t))\), \(b = \lim_t \max_j \varphi_1^*(z_j(t))\): "
+        r"the tokens approach at most three parallel hyperplanes orthogonal to \(\varphi_1^*\). \(z\) itself may diverge along other directions."
     ),
     hypotheses="(Q, K, V) a good triple (Def. 4.1); Q^T K need not be positive definite.",
     kind="pass/fail",

@@ -19,7 +19,7 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §1 (the rescaled variables and the discrete rescaling), §6 (the vector-field lemma and the W2 stability estimate)",
     title="The model: rescaling, discrete time, invariants, mean field and stability",
     statement=(
-        "The rescaled tokens z = e^{-tV} x solve z' = sum_j P_ij V (z_j - z_i) with the same attention; the residual "
+        r"The rescaled tokens \(z = e^{-tV} x\) solve \(\dot z_i = \sum_j P_{ij} V (z_j - z_i)\) with the same attention; the residual "
         "Transformer is forward Euler and its exact rescaling uses R = I + dt V; P is row-stochastic; the empirical measure "
         "solves the continuity equation with the mean-field vector field, which obeys the bounds of the vector-field lemma (§6); "
         "solutions depend continuously on the data in W_2, with W_2(t) <= e^{L t} max_i |x_i(0) - y_i(0)| for the explicit "

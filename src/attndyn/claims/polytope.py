@@ -17,8 +17,9 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §3, Theorem 3.1 (and its full form)",
     title="V = I: clustering toward the vertices of a convex polytope",
     statement=(
-        "With V = I_d and Q^T K symmetric positive definite, the convex hull of the rescaled tokens z_i(t) = e^{-t} x_i(t) "
-        "shrinks to a convex polytope K, and each z_i(t) converges to 0 or to a point of the boundary of K; generically "
+        r"With \(V = I_d\) and \(Q^\top K\) symmetric positive definite, the convex hull of the rescaled tokens "
+        r"\(z_i(t) = e^{-t} x_i(t)\) shrinks to a convex polytope \(\mathcal{K}\), and each \(z_i(t)\) converges to 0 or to a "
+        r"point of the boundary of \(\mathcal{K}\); generically "
         "every token converges to a vertex and the attention matrix becomes Boolean."
     ),
     hypotheses="V = I_d; Q^T K symmetric positive definite; any initial tokens.",

@@ -15,9 +15,9 @@ CLAIM = ClaimInfo(
     paper_ref="arXiv:2305.05465v6 §5, Definition 5.1 and Theorem 5.2 (proof in §10)",
     title="Paranormal V: a polytope times a subspace",
     statement=(
-        "If Q^T K is symmetric positive definite and V is paranormal (R^d = F + G, V|_F = lambda I, rho(V|_G) < lambda), "
-        "there is a convex polytope K in F such that the F-component of every z_i(t) approaches the boundary of K or 0; "
-        "the G-component is unconstrained (it may diverge in z)."
+        r"If \(Q^\top K\) is symmetric positive definite and \(V\) is paranormal (\(\mathbb{R}^d = F \oplus G\), \(V|_F = \lambda I\), "
+        r"\(\rho(V|_G) < \lambda\)), there is a convex polytope \(\mathcal{K} \subset F\) such that the \(F\)-component of every "
+        r"\(z_i(t)\) approaches the boundary of \(\mathcal{K}\) or 0; the \(G\)-component is unconstrained (it may diverge in \(z\))."
     ),
     hypotheses=(
         "V = diag(lambda I_p, M), rho(M) < lambda; Q^T K = I or SPD respecting the splitting (judged). Reported, because "
