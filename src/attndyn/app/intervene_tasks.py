@@ -26,6 +26,7 @@ import torch
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
+    from attndyn.app.intervene_ledger import TaskLedger
     from attndyn.models.decoder import Decoder
 
 
@@ -67,34 +68,57 @@ def run_in_tasks(
     submit: Callable | None = None,
     source: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ledger: TaskLedger | None = None,
 ) -> tuple[list, list, dict]:
     """What :func:`attndyn.models.executor.run` returns, computed in tasks of ``size`` prompts' branches.
     ``submit``: a Dask client's ``submit`` (the tasks then read the model by ``source`` on the workers), or
-    None to run the tasks here one after the other with ``decoder``. ``progress(i, n)``: tasks done."""
+    None to run the tasks here one after the other with ``decoder``. ``progress(i, n)``: tasks done.
+    ``ledger``: a :class:`~attndyn.app.intervene_ledger.TaskLedger`; a task found there is not run again, and
+    each task run is written there as it finishes (``counts["from_ledger"]`` says how many were found)."""
+    from attndyn.app.intervene_ledger import model_identity, task_key
     from attndyn.models.executor import run
 
     branches = list(branches or [])
     groups = chunks(branches, len(prompts), size) or [[]]
     tell = progress or (lambda i, n: None)
-    tell(0, len(groups))
     results: list = [None] * len(groups)
-    if submit is None:
+    keys: list[str | None] = [None] * len(groups)
+    if ledger is not None:
+        identity = model_identity(decoder.source)  # the file(s) the model was read from
         for g, ids in enumerate(groups):
-            plain, edited, counts = run(decoder, prompts, [branches[b] for b in ids], dtype=dtype)
-            results[g] = (plain, edited, counts, (os.getpid(), 0))
-            tell(g + 1, len(groups))
-    else:
+            own = [branches[b] for b in ids]
+            keys[g] = task_key(identity, dtype, prompts, own)
+            found = ledger.get(keys[g], own)
+            if found is not None:
+                results[g] = (*found, (None, 0))
+    todo = [g for g in range(len(groups)) if results[g] is None]
+    reused = len(groups) - len(todo)
+    tell(reused, len(groups))
+
+    def finished(g: int, result: tuple, seconds: float) -> None:
+        results[g] = result
+        if ledger is not None:
+            ledger.put(keys[g], *result[:3], seconds)
+
+    if submit is None:
+        for done, g in enumerate(todo, start=reused + 1):
+            t0 = time.perf_counter()
+            plain, edited, counts = run(decoder, prompts, [branches[b] for b in groups[g]], dtype=dtype)
+            finished(g, (plain, edited, counts, (os.getpid(), 0)), time.perf_counter() - t0)
+            tell(done, len(groups))
+    elif todo:
         from distributed import as_completed
 
         if not source:
             raise ValueError("tasks on Dask workers read the model by its name or path: this decoder has none")
         name = str(dtype).removeprefix("torch.")
+        t0 = time.perf_counter()
         futures = {
-            submit(_task, source, prompts, [branches[b] for b in ids], name, pure=False, key=f"intervene-{g}-{os.getpid()}-{time.time_ns()}"): g
-            for g, ids in enumerate(groups)
+            submit(_task, source, prompts, [branches[b] for b in groups[g]], name, pure=False, key=f"intervene-{g}-{os.getpid()}-{time.time_ns()}"): g
+            for g in todo
         }
-        for done, fut in enumerate(as_completed(futures), start=1):
-            results[futures[fut]] = fut.result()
+        for done, fut in enumerate(as_completed(futures), start=reused + 1):
+            finished(futures[fut], fut.result(), time.perf_counter() - t0)
             tell(done, len(groups))
     plain = results[0][0]
     edited: list = [None] * len(branches)
@@ -105,7 +129,8 @@ def run_in_tasks(
     block_runs = sum(r[2]["block_runs"] for r in results)
     reads: dict[int, int] = {}
     for _, _, _, (pid, n) in results:
-        reads[pid] = max(reads.get(pid, 0), n)
+        if pid is not None:  # a task found in the ledger read nothing
+            reads[pid] = max(reads.get(pid, 0), n)
     counts = {
         "layers_built": sum(r[2]["layers_built"] for r in results),
         "block_runs": block_runs,
@@ -113,6 +138,7 @@ def run_in_tasks(
         "layers": L,
         "tasks": len(groups),
         "model_reads": sum(reads.values()) if submit is not None else 0,
+        "from_ledger": reused,
     }
     return plain, edited, counts
 

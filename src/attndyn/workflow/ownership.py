@@ -342,6 +342,12 @@ def _key() -> bytes:
     return bytes.fromhex(text)
 
 
+def mac_key(purpose: str) -> bytes:
+    """A key for another of attndyn's own records (a ledger's rows), derived from the user's marker key for
+    ``purpose``: rows signed with it verify only for this user, and never pass for a marker."""
+    return hmac.new(_key(), f"attndyn:{purpose}".encode(), hashlib.sha256).digest()
+
+
 def _mac(record: dict) -> str:
     """The HMAC-SHA256 of a marker's content (canonical JSON, ``mac`` left out) under the user's key."""
     body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))

@@ -120,7 +120,7 @@ def intervene(
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
     edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, layer by layer"
-    runner, client, cluster = None, None, None
+    runner, client, cluster, ledger = None, None, None, None
     with stage_progress("intervene", edits) as stage:
         if workers is not None or scheduler is not None:
             import functools
@@ -130,9 +130,15 @@ def intervene(
             size = chunk or max(1, -(-len(ids) // (workers or 2)))
             tasks = -(-len(ids) // size)
             edits = f"{len(specs)} edit(s) beside {draws} draws of their nulls on {len(ids)} prompts, in tasks of {size} prompts"
+            # the folder is claimed now: its ledger keeps each finished task, so a rerun after a kill resumes
+            from attndyn.app.intervene_ledger import LEDGER, TaskLedger
+
+            early = ownership.claim(out, "intervene", "attndyn intervene", force_adopt=force_adopt)
+            ledger = TaskLedger(early.folder)
+            early.add(LEDGER)
             client, cluster = dask_client(workers, scheduler, tasks, console.print)
             where = str(Path(path).resolve()) if Path(path).exists() else str(path)  # workers elsewhere need no cwd
-            runner = functools.partial(run_in_tasks, size=size, submit=client.submit, source=where)
+            runner = functools.partial(run_in_tasks, size=size, submit=client.submit, source=where, ledger=ledger)
         try:
             record = (
                 iv.intervene(decoder, ids, specs, draws=draws, dtype=torch_dtype, progress=lambda i, n: stage(edits, i, n), runner=runner)
@@ -149,6 +155,8 @@ def intervene(
                 client.close()
             if cluster is not None:
                 cluster.close()
+            if ledger is not None:
+                ledger.close()
         if not specs:  # the theory study's run holds the plain branches: no other plain run for them
             theory = record["studies"].get("theory")
             plain = (
@@ -197,5 +205,7 @@ def intervene(
     for r in record["studies"].get("theory", {}).get("per_layer", []):
         share = r["share_status"] if r["share"] is None else f"{r['share']:.3g} {r['share_interval']}"
         console.print(f"theory, layer {r['layer']}: gap uniform - plain {r['gap']:.4g} nats {r['gap_interval']}; share closed by the flow {share}")
+    if ledger is not None and ledger.found:
+        console.print(f"{ledger.found} task(s) were found finished in {ledger.path} (an earlier run of the same edits) and not run again")
     also = " and activations.safetensors" if save_activations else ""
     console.print(f"wrote {owner.folder / 'interventions.json'}, index.html{also} in {record['seconds']:.1f} s")
