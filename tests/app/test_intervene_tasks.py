@@ -86,3 +86,40 @@ def test_bad_task_options_exit_2_naming_them(tmp_path, capsys, extra, said):
     assert entry(["intervene", str(folder), "--prompts", str(prompts), "--edit", "skip:block=1", "--out", str(out), *extra]) == 2
     assert said in capsys.readouterr().err
     assert not (out / "interventions.json").exists()
+
+
+def _without_counts(record: dict) -> str:
+    drop = {"counts", "seconds", "cpu_seconds", "forwards"}
+
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items() if k not in drop}
+        return [clean(x) for x in v] if isinstance(v, list) else v
+
+    return json.dumps(clean(record), sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_the_theory_and_massive_studies_in_tasks_give_the_one_run_s_numbers(tmp_path, size):
+    """The studies' edits go through the runner (tasks on Dask with --workers) with the same numbers bit for bit."""
+    from attndyn.models.interventions import run_study
+    from attndyn.models.interventions_massive import massive_study
+
+    _, folder = tiny("llama", tmp_path)
+    dec = load_decoder(folder)
+    tasks = lambda *a, **k: run_in_tasks(*a, size=size, **k)  # noqa: E731
+    one = run_study(dec, PROMPTS, "theory", layers=[0, 1])
+    split = run_study(dec, PROMPTS, "theory", layers=[0, 1], runner=tasks)
+    assert split["counts"]["tasks"] == -(-len(PROMPTS) // size)
+    assert _without_counts(one) == _without_counts(split)
+    # a massive entry planted in the recorded states (token 0, dim 3, from block 0 on): the study then edits it
+    plain, _, _ = run(dec, PROMPTS, record=True)
+    hidden = [r.hidden.clone() for r in plain]
+    for h in hidden:
+        h[1:, 0, 3] = 1e4 * h[1:].abs().median()
+    one = massive_study(dec, PROMPTS, hidden, draws=2)
+    split = massive_study(dec, PROMPTS, hidden, draws=2, runner=tasks)
+    assert one["block"] == 0
+    assert one["edits"]  # the zero and mean edits and their nulls ran
+    assert split["counts"]["tasks"] == -(-len(PROMPTS) // size)  # the edits ran in tasks
+    assert _without_counts(one) == _without_counts(split)

@@ -183,6 +183,7 @@ def theory_study(
     seed: int = 0,
     resamples: int = 2000,
     progress: Callable[[int, int], None] | None = None,
+    runner: Callable | None = None,
 ) -> dict:
     """Each layer's attention (default: the checkpoint page's twin layers) replaced by the twin's step, the
     twin's flow and uniform causal attention, in one executor run. Per layer: the pooled losses, the
@@ -190,7 +191,8 @@ def theory_study(
     the prompts for every branch), the gap NLL_uniform - NLL_plain ("mask alone" against the network) and
     the share of it the flow closes, (NLL_uniform - NLL_twin) / (NLL_uniform - NLL_plain), with its
     interval, given only where the gap's interval excludes zero (else ``share`` is None and ``share_status``
-    says why). No random null: the replacements are compared with each other."""
+    says why). No random null: the replacements are compared with each other. ``runner``: what runs the branches
+    (the executor's ``run`` by default)."""
     import time
 
     from attndyn.models.executor import run
@@ -210,7 +212,7 @@ def theory_study(
     specs = [f"attention:block={k},with={w}" for k in layers for w in THEORY]
     n = len(prompts)
     branches = [(i, (parse(s),)) for s in specs for i in range(n)]
-    plain, edited, counts = run(decoder, prompts, branches, dtype=dtype, progress=progress)
+    plain, edited, counts = (runner or run)(decoder, prompts, branches, dtype=dtype, progress=progress)
     base, base_draws = _pooled(plain, resamples, seed)
     entries, per_layer = [], []
     for a, k in enumerate(layers):
@@ -253,8 +255,8 @@ def run_study(
     (``theory``: :func:`theory_study`, one run with its plain branches). ``progress(stage, i, n)``: each
     run's steps done (:func:`attndyn.models.executor.run`), ``stage`` naming the study and the run.
     ``layers``: the theory study's layers (default: the twin layers); the other studies choose their own.
-    ``runner``: what runs the edits of ``depth`` and ``sinks`` (:func:`intervene`'s); the plain runs, the
-    ``massive`` and ``theory`` studies run here."""
+    ``runner``: what runs the edits of every study (:func:`intervene`'s; tasks on Dask with ``attndyn intervene
+    --workers``); the plain recorded run and the ``sinks`` study's geometry run here."""
     from attndyn.models.executor import run
 
     if study not in STUDIES:
@@ -263,7 +265,7 @@ def run_study(
     if study == "theory":
         which = "each twin layer's" if layers is None else f"{len(layers)} layers'"
         stage = f"study theory: the plain prompts and {len(THEORY)} replacements of {which} attention"
-        return theory_study(decoder, prompts, layers=layers, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n))
+        return theory_study(decoder, prompts, layers=layers, dtype=dtype, seed=seed, progress=lambda i, n: step(stage, i, n), runner=runner)
     t0, c0 = __import__("time").perf_counter(), __import__("time").process_time()
     plain, _, counts0 = run(decoder, prompts, dtype=dtype, record=True, progress=lambda i, n: step(f"study {study}: the plain prompts", i, n))
     hidden = [r.hidden for r in plain]
@@ -273,7 +275,7 @@ def run_study(
     if study == "massive":
         from attndyn.models.interventions_massive import massive_study
 
-        out |= massive_study(decoder, prompts, hidden, draws=draws, dtype=dtype, seed=seed)
+        out |= massive_study(decoder, prompts, hidden, draws=draws, dtype=dtype, seed=seed, runner=runner)
         if not out["edits"]:
             return out
         counts = out.pop("counts")

@@ -37,6 +37,8 @@ import torch
 from attndyn.models import edit_effects, edits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from attndyn.models.decoder import Decoder
 
 RULE = "zero matters: the ratio's interval above the null's and above 10x; mean is harmless: its interval within 1 %"
@@ -152,10 +154,12 @@ def massive_study(
     draws: int = 5,
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
+    runner: Callable | None = None,
 ) -> dict:
     """The study's record (module docstring): the step-up block, the entries per prompt, the role means,
     the zero and mean edits beside their nulls, and which of Sun et al.'s rules holds. ``hidden``: the
-    prompts' plain states (``(L + 1, n, d)`` each)."""
+    prompts' plain states (``(L + 1, n, d)`` each); ``runner``: what runs the edits (the executor's ``run``
+    by default; tasks on Dask with ``attndyn intervene --workers``)."""
     k, entries = step_up(hidden)
     out: dict = {
         "threshold": f"{edits.MASSIVE:g} x the median magnitude",
@@ -172,7 +176,8 @@ def massive_study(
     out["massive_per_prompt"] = [int(massive_mask(x).sum()) for x in states]
     out["mean_rule"] = MEAN_RULE
     out["means"] = [{"role": r, "dim": j, "mean": m, "count": len(groups(entries)[(r, j)])} for (r, j), m in role_means(states, entries).items()]
-    rec = edit_effects.evaluate(decoder, prompts, len(prompts), massive_plans(states, entries, k, draws, seed), draws=draws, dtype=dtype, seed=seed)
+    plans = massive_plans(states, entries, k, draws, seed)
+    rec = edit_effects.evaluate(decoder, prompts, len(prompts), plans, draws=draws, dtype=dtype, seed=seed, runner=runner)
     z, m = rec["edits"]
     z_lo = z["ppl_ratio_interval"][0]
     out["edits"] = rec["edits"]
