@@ -52,8 +52,8 @@ TINY = {
     "causal-position-bias": {"bias_seeds": 2, "bias_n": 128, "trained_prompts": 1},
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
     "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},
-    "noisy-transition": {},
-    "random-attention-entropy": {"n": 512, "rows": 256},  # the quick size (QUICK is empty): the power is stated there
+    "noisy-transition": {"particles": 200},  # the judged checks whole; the reported particles small
+    "random-attention-entropy": {"n": 512, "rows": 256, "trained_prompts": 1},  # the trained heads on one prompt
     # the judged runs at the quick size (the power is stated there); the reported phase diagram smaller
     "common-noise": dict(load("common-noise").QUICK) | {"phase_ds": [2, 3], "phase_paths": 40, "phase_T": 10.0},
 }

@@ -36,7 +36,9 @@ CLAIM = ClaimInfo(
         "when beta > beta*, and agrees with the reduction to degrees 1 and 2, c = (1 - d r) / ((1 - r) d (d + 2)), "
         "r = I_{d/2+1} / I_{d/2}; (3) kappa_sn = min of kappa over the branch lies below kappa_lin (a hysteresis window) exactly "
         "when beta > beta*. Reported: beta*(d) for d = 2..8 with its residual, kappa_lin at the judged beta, kappa_sn / kappa_lin "
-        "with the difference between two resolutions as its precision."
+        "with the difference between two resolutions as its precision; n particles on S^1 from a uniform start and from "
+        "one point, at kappa / kappa_lin inside and outside the window at beta = 6 and at beta = 1.5 < beta*(2), their "
+        "order parameter R beside the branch's stable m_1."
     ),
     hypotheses="USA, Q = K = V = I; mean field (no particles); d = 2 and 3; beta at beta*(1 +- 5 %) and 3, 4, 6 (S^1).",
     kind="pass/fail",
@@ -54,9 +56,19 @@ class Config(ExperimentConfig):
     noise_factor: float = Field(1.0, gt=0)
     normalised_kernel: bool = False
     beta_factor: float = Field(1.0, gt=0)
+    # particles on S^1 (reported): n angles from a uniform start ("up") and from one point ("down"), at kappa / kappa_lin
+    # in the window at beta = 6 (kappa_sn / kappa_lin = 0.86) and outside it, and at beta = 1.5 < beta*(2)
+    particles: int = Field(4000, ge=10)
+    particle_runs: list[tuple[float, float, float, float]] = [  # (beta, kappa / kappa_lin, T, dt)
+        (6.0, 0.8, 6.0, 4e-3),
+        (6.0, 0.93, 6.0, 4e-3),
+        (6.0, 1.1, 6.0, 4e-3),
+        (1.5, 0.7, 20.0, 2e-2),
+        (1.5, 2.0, 20.0, 2e-2),
+    ]
 
 
-QUICK: dict = {}
+QUICK: dict = {"particles": 1000}
 RATE_TOL = 1e-6  # relative: the rate is exact to O(amplitude^2) = 1e-8 and RK4 at dt = 1e-3 to ~1e-10
 LANDAU_TOL = 1e-6  # the branch's Richardson extrapolation is exact to ~1e-9 (tests/theory)
 
@@ -96,9 +108,35 @@ def run(config: Config) -> Result:
             branch.append([d, b, bs, c, nt.landau_coefficient(b, d), k_sn, m_sn, err, nt.kappa_lin(b, d)])
     ds = np.arange(2, 9)
     stars = np.array([nt.noisy_critical_beta(int(d)) for d in ds])
-    arrays = {"rate": rate, "branch": np.array(branch), "ds": ds, "beta_star": stars}
+    arrays = {"rate": rate, "branch": np.array(branch), "ds": ds, "beta_star": stars} | _particles(config)
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
+
+
+def _particles(config: Config) -> dict:
+    """Each (beta, ratio) of ``particle_runs``: R(t) from a uniform start and from one point, one run per beta (the
+    systems of one beta share its steps), and the branch's stable m_1 at that kappa."""
+    rng = np.random.default_rng([config.seed, 53])
+    n, rows, traces = config.particles, [], {}
+    for beta in sorted({b for b, *_ in config.particle_runs}, reverse=True):
+        runs = [r for r in config.particle_runs if r[0] == beta]
+        T, dt = runs[0][2], runs[0][3]
+        kl = nt.kappa_lin(beta, 2)
+        theta = np.concatenate([np.stack([rng.uniform(-math.pi, math.pi, n), np.zeros(n)]) for _ in runs])
+        kappas = np.repeat([ratio * kl for _, ratio, *_ in runs], 2)
+        _, R = nt.particles_circle(theta, beta, kappas, T, dt, rng)
+        tail = R[3 * len(R) // 4 :]  # the last quarter of [0, T]
+        for j, (_, ratio, *_) in enumerate(runs):
+            up, down = tail[:, 2 * j], tail[:, 2 * j + 1]
+            rows.append([beta, ratio, up.mean(), down.mean(), _batch_se(up), _batch_se(down), nt.stable_m1(beta, ratio * kl)])
+        traces[f"particles_R_beta{beta:g}_t"] = R  # a name not ending in a digit: not a numbered case
+    return {"particles": np.array(rows)} | traces
+
+
+def _batch_se(x: np.ndarray, batches: int = 8) -> float:
+    """The standard error of a time average from the spread of ``batches`` consecutive batch means."""
+    means = np.array([b.mean() for b in np.array_split(x, batches)])
+    return float(means.std(ddof=1) / math.sqrt(batches))
 
 
 def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
@@ -151,6 +189,17 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
     checks["beta*(d), d = 2..8 (largest residual of its equation)"] = report(
         float(resid.max()), ", ".join(f"d = {int(d)}: {b:.10f}" for d, b in zip(ds, stars, strict=True))
     )
+    pr = np.asarray(arrays["particles"]).reshape(-1, 7)
+    window = (pr[:, 0] > nt.noisy_critical_beta(2)) & ~np.isnan(pr[:, 6]) & (pr[:, 1] < 1)
+    text = "; ".join(
+        f"beta = {b:g}, kappa = {r:g} kappa_lin: up {u:.3f} +- {su:.3f}, down {d:.3f} +- {sd:.3f}, stable branch m_1 "
+        + ("none (below kappa_sn)" if np.isnan(m) else f"{m:.3f}")
+        for b, r, u, d, su, sd, m in pr
+    )
+    checks[f"particles on S^1 (n = {config.particles}): R from a uniform start (up) and from one point (down), mean of the last quarter"] = report(
+        float(np.max(pr[window, 3] - pr[window, 2])) if window.any() else math.nan,
+        "value: the largest down - up gap inside the hysteresis window (beta > beta*, kappa_sn < kappa < kappa_lin); " + text,
+    )
     info = {"kappa_sn_ratio": (br[circ, 5] / br[circ, 8]).tolist(), "kappa_lin_measured": rate[:, 2].tolist()}
     return checks, info
 
@@ -164,7 +213,7 @@ def figures(result: Result) -> dict:
     for b in (2.0, 4.0, 6.0):
         k, m = nt.zonal_branch(b, 2, hs)
         curves[f"beta = {b:g}"] = (k / nt.kappa_lin(b, 2), m)
-    return {
+    figs = {
         "thresholds": plots.curves(
             betas,
             {"kappa_lin(beta), S^1": [nt.kappa_lin(b, 2) for b in betas], "kappa_lin(beta), S^2": [nt.kappa_lin(b, 3) for b in betas]},
@@ -181,3 +230,20 @@ def figures(result: Result) -> dict:
             title="zonal branches on S^1: supercritical below beta*, a fold (hysteresis) above",
         ),
     }
+    particles = _particle_figure(result)
+    return figs | ({"particles": particles} if particles is not None else {})
+
+
+def _particle_figure(result: Result):
+    """R(t) of the particles at beta = 6 from both starts, each kappa / kappa_lin a pair of curves."""
+    runs = [r for r in result.params["particle_runs"] if r[0] == 6.0]
+    R = result.arrays.get("particles_R_beta6_t")
+    if R is None or not runs:
+        return None
+    t = np.arange(1, R.shape[0] + 1) * 10 * runs[0][3]
+    curves = {}
+    for j, (_, ratio, *_) in enumerate(runs):
+        curves[f"kappa = {ratio:g} kappa_lin, uniform start"] = R[:, 2 * j]
+        curves[f"kappa = {ratio:g} kappa_lin, one point"] = R[:, 2 * j + 1]
+    title = "particles on S^1 at beta = 6: two starts, two states inside the window"
+    return plots.curves(t, curves, xlabel="t", ylabel="R = |mean e^{i theta}|", title=title)

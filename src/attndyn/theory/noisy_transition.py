@@ -23,6 +23,9 @@ ours to d (2 on the circle, the noisy Kuramoto threshold of the ``noisy`` claim)
   parametrised by h_1: returns kappa(h_1) and the order parameter m_1 = <u>; independent of the closed forms above.
 * :func:`kappa_sn` - the lower edge of the hysteresis window, min over the branch of kappa (a saddle-node), with
   the difference between two resolutions as its precision.
+* :func:`particles_circle` - n particles of the same SDE on S^1 (Euler-Maruyama in the angles), several systems at
+  once; :func:`stable_m1` - the order parameter of the branch's stable (upper) part at a given kappa, to set beside
+  the particles' R = |(1/n) sum_j e^{i theta_j}|.
 """
 
 from __future__ import annotations
@@ -162,3 +165,64 @@ def kappa_sn(beta: float, d: int, *, L: int = 40, nodes: int = 400, h_max: float
     k1, m1 = at(L, nodes)
     k2, _ = at(L + 20, 2 * nodes)
     return k1, m1, abs(k1 - k2)
+
+
+def _interaction_coefficients(beta: float, tol: float = 1e-12) -> np.ndarray:
+    """c_k with e^{beta cos(phi)} sin(phi) = sum_{k >= 1} c_k sin(k phi), c_k = 2 k I_k(beta) / beta (from
+    d/dphi e^{beta cos(phi)} = -2 sum_k k I_k(beta) sin(k phi)), up to the last k whose term exceeds ``tol`` of the
+    largest."""
+    ks = np.arange(1, 200)
+    c = 2 * ks * ive(ks, beta) * math.exp(beta) / beta
+    keep = c > tol * c.max()
+    return c[: int(np.nonzero(keep)[0].max()) + 1]
+
+
+def particles_circle(
+    theta: np.ndarray, beta: float, kappa: float | np.ndarray, T: float, dt: float, rng: np.random.Generator, *, record_every: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """d theta_i = (1/n) sum_j e^{beta cos(theta_j - theta_i)} sin(theta_j - theta_i) dt + sqrt(2 / kappa) dW_i: the
+    ``noisy`` claim's SDE on S^1 (X = e^{i theta}), whose drift is the tangential part of (1/n) sum_j e^{beta <X_i, X_j>} X_j.
+    The drift is the gradient of (1 / (2 n beta)) sum_{i,j} e^{beta cos(theta_i - theta_j)}, so the SDE is overdamped
+    Langevin dynamics at temperature 1 / kappa; the step is Leimkuhler and Matthews' (theta += f dt + sqrt(2 dt / kappa)
+    (xi_n + xi_{n+1}) / 2), whose stationary law is second-order accurate in dt where Euler-Maruyama's is first-order
+    (at beta = 6 and dt = 2e-3 Euler-Maruyama's clustered R was 0.77 against 0.84 at dt = 1e-3; this step gives 0.87-0.89
+    at dt = 1e-3 to 4e-3, the branch 0.872). The interaction runs through its Fourier series
+    (:func:`_interaction_coefficients`): drift_i = sum_k c_k Im(e^{-i k theta_i} Z_k), Z_k = (1/n) sum_j e^{i k theta_j}, O(n K) a step. ``theta``:
+    ``(systems, n)`` start angles; ``kappa``: one value, or one per system. Returns the final angles and
+    R(t) = |Z_1| every ``record_every`` steps, ``(steps // record_every, systems)``."""
+    theta = np.array(theta, dtype=np.float64, copy=True)
+    if theta.ndim != 2:
+        raise ValueError(f"theta has shape {theta.shape}; expected (systems, n)")
+    kappa = np.broadcast_to(np.asarray(kappa, dtype=np.float64), theta.shape[:1])
+    if not (beta > 0 and np.all(kappa > 0) and dt > 0 and T > 0):
+        raise ValueError(f"beta = {beta!r}, kappa = {kappa!r}, dt = {dt!r} and T = {T!r} must all be > 0")
+    c = _interaction_coefficients(beta)
+    ks = np.arange(1, len(c) + 1)
+    steps = int(round(T / dt))
+    noise = np.sqrt(2 * dt / kappa)[:, None]
+    R = []
+    shape = (*theta.shape, len(ks))
+    xi_prev = rng.standard_normal(theta.shape)
+    for step in range(steps):
+        e = np.cumprod(np.broadcast_to(np.exp(1j * theta)[..., None], shape), axis=-1)  # e^{i k theta}, (systems, n, K)
+        Z = e.mean(-2)  # (systems, K)
+        # sum_k c_k Im(e^{-i k theta} Z_k) = sum_k c_k (Re e Im Z_k - Im e Re Z_k)
+        drift = np.einsum("snk,sk->sn", e.real, c * Z.imag) - np.einsum("snk,sk->sn", e.imag, c * Z.real)
+        xi = rng.standard_normal(theta.shape)
+        theta += drift * dt + noise * 0.5 * (xi_prev + xi)  # Leimkuhler-Matthews: the noises of two steps averaged
+        xi_prev = xi
+        if (step + 1) % record_every == 0:
+            R.append(np.abs(Z[:, 0]))
+    return theta, np.array(R)
+
+
+def stable_m1(beta: float, kappa: float, *, h_max: float = 60.0, points: int = 600) -> float:
+    """m_1 on the stable (upper) part of the zonal branch on S^1 at ``kappa``: past the fold where the branch is
+    subcritical, past its start where it is supercritical; NaN below the branch's lowest kappa (no clustered state)."""
+    hs = np.linspace(1e-3, h_max, points)
+    k, m = zonal_branch(beta, 2, hs)
+    fold = int(np.argmin(k))
+    k, m = k[fold:], m[fold:]
+    if not (k[0] <= kappa <= k[-1]) or np.any(np.diff(k) <= 0):
+        return math.nan
+    return float(np.interp(kappa, k, m))
