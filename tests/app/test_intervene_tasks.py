@@ -117,8 +117,11 @@ def test_the_theory_and_massive_studies_in_tasks_give_the_one_run_s_numbers(tmp_
     hidden = [r.hidden.clone() for r in plain]
     for h in hidden:
         h[1:, 0, 3] = 1e4 * h[1:].abs().median()
-    one = massive_study(dec, PROMPTS, hidden, draws=2)
+    told = []
+    one = massive_study(dec, PROMPTS, hidden, draws=2, progress=lambda i, n: told.append((i, n)))
     split = massive_study(dec, PROMPTS, hidden, draws=2, runner=tasks)
+    assert told[0][0] == 0  # the edits' run says where it is, from its start
+    assert told[-1][0] == told[-1][1]  # to its end
     assert one["block"] == 0
     assert one["edits"]  # the zero and mean edits and their nulls ran
     assert split["counts"]["tasks"] == -(-len(PROMPTS) // size)  # the edits ran in tasks

@@ -275,7 +275,7 @@ def run_study(
     if study == "massive":
         from attndyn.models.interventions_massive import massive_study
 
-        out |= massive_study(decoder, prompts, hidden, draws=draws, dtype=dtype, seed=seed, runner=runner)
+        out |= massive_study(decoder, prompts, hidden, draws=draws, dtype=dtype, seed=seed, runner=runner, progress=lambda i, n: step(edited, i, n))
         if not out["edits"]:
             return out
         counts = out.pop("counts")

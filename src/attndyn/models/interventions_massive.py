@@ -155,11 +155,12 @@ def massive_study(
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
     runner: Callable | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """The study's record (module docstring): the step-up block, the entries per prompt, the role means,
     the zero and mean edits beside their nulls, and which of Sun et al.'s rules holds. ``hidden``: the
     prompts' plain states (``(L + 1, n, d)`` each); ``runner``: what runs the edits (the executor's ``run``
-    by default; tasks on Dask with ``attndyn intervene --workers``)."""
+    by default; tasks on Dask with ``attndyn intervene --workers``); ``progress(i, n)``: the edits' run."""
     k, entries = step_up(hidden)
     out: dict = {
         "threshold": f"{edits.MASSIVE:g} x the median magnitude",
@@ -177,7 +178,7 @@ def massive_study(
     out["mean_rule"] = MEAN_RULE
     out["means"] = [{"role": r, "dim": j, "mean": m, "count": len(groups(entries)[(r, j)])} for (r, j), m in role_means(states, entries).items()]
     plans = massive_plans(states, entries, k, draws, seed)
-    rec = edit_effects.evaluate(decoder, prompts, len(prompts), plans, draws=draws, dtype=dtype, seed=seed, runner=runner)
+    rec = edit_effects.evaluate(decoder, prompts, len(prompts), plans, draws=draws, dtype=dtype, seed=seed, runner=runner, progress=progress)
     z, m = rec["edits"]
     z_lo = z["ppl_ratio_interval"][0]
     out["edits"] = rec["edits"]
