@@ -299,7 +299,7 @@ CASES = [
     (
         "judge-result-json",
         lambda w: ["judge", w.copy_report("j2", lambda r: (r / "runs/model-equivalence/result.json").write_text("[")) + "/runs/model-equivalence"],
-        "cannot read",
+        "result.json was changed since attndyn wrote it",  # the signed marker's hash, before the reader's "cannot read"
     ),
     (
         "judge-unknown-claim",
@@ -307,7 +307,7 @@ CASES = [
             "judge",
             w.copy_report("j3", lambda r: _json_edit(r / "runs/model-equivalence/summary.json", id="flat-earth")) + "/runs/model-equivalence",
         ],
-        "flat-earth",
+        "summary.json was changed since attndyn wrote it",  # refused by its recorded hash before its id is read
     ),
     (
         "judge-npz",
@@ -603,8 +603,16 @@ def _sweep_with(measures: str = '"pair_fraction"', extra: str = "", grid: str = 
 CLAIM = "runs/model-equivalence"
 
 
-def _judge(damage):
-    return lambda w: ["judge", w.copy_report("jr", lambda r: damage(w, r / CLAIM)) + "/" + CLAIM]
+def _judge(damage, *, markers: bool = False):
+    """``judge`` of a copied report whose run folder was damaged. Without ``markers`` the copy loses its signed markers
+    (a run folder copied away from them), so the readers meet the damage; with them, the recorded SHA-256 refuses it first."""
+
+    def prepare(w, r):
+        for marker in [] if markers else sorted(r.rglob(".attndyn.json")):
+            marker.unlink()
+        damage(w, r / CLAIM)
+
+    return lambda w: ["judge", w.copy_report("jr", lambda r: prepare(w, r)) + "/" + CLAIM]
 
 
 def _report(damage):
@@ -697,6 +705,7 @@ SWEEPS = [
     ),
     ("scheduler-words", lambda w: [*_sweep_with()(w), "--scheduler", "not an address"], "--scheduler 'not an address' is not a scheduler address"),
     ("scheduler-ipv6", lambda w: [*_sweep_with()(w), "--scheduler", "tcp://::::"], "is not a scheduler address"),
+    ("scheduler-scheme", lambda w: [*_sweep_with()(w), "--scheduler", "bogus://??"], "unknown address scheme 'bogus'"),
     ("scheduler-port", lambda w: [*_sweep_with()(w), "--scheduler", "tcp://localhost:99999"], "ports are 1 to 65535"),
     (
         "ledger-folder",
@@ -731,6 +740,8 @@ RUN_FOLDERS = [
     ("judge-arrays-fifo", _judge(_fifo_in("arrays.npz")), "FIFO"),
     ("judge-arrays-lying-header", _judge(lambda w, f: _lying_npz(f / "arrays.npz")), "the file is damaged"),
     ("judge-arrays-bomb", _judge(lambda w, f: _mini_bomb(w, f / "arrays.npz")), "more than the 0.000977 GiB of memory available"),
+    ("judge-arrays-edited", _judge(lambda w, f: _truncate(f / "arrays.npz"), markers=True), "arrays.npz was changed since attndyn wrote it"),
+    ("judge-bomb-owned", _judge(lambda w, f: _mini_bomb(w, f / "arrays.npz"), markers=True), "arrays.npz was changed since attndyn wrote it"),
     ("report-summary-list", _report(_write("summary.json", "[]")), "summary.json holds a JSON list"),
     ("report-summary-deep", _report(_write("summary.json", _deep_json())), "64 deep"),
     ("report-result-fifo", _report(_fifo_in("result.json")), "FIFO"),

@@ -76,6 +76,7 @@ def test_intervene_on_a_local_dask_cluster_reads_the_model_once_a_worker(tmp_pat
         (["--workers", "1", "--scheduler", "tcp://127.0.0.1:1"], "give one of them"),
         (["--chunk", "2"], "sizes the tasks of --workers or --scheduler"),
         (["--scheduler", "nonsense"], "is not a scheduler address"),
+        (["--scheduler", "bogus://x"], "unknown address scheme 'bogus'"),  # exit 1 ("a bug") before
     ],
 )
 def test_bad_task_options_exit_2_naming_them(tmp_path, capsys, extra, said):

@@ -185,3 +185,16 @@ def test_rows_set_aside_keep_their_cells_and_bytes(pristine, tmp_path):
         db.close()
     assert (source, task, data) == ("results", 1, blob)
     assert "does not match its fingerprint" in reason
+
+
+@pytest.mark.parametrize("side", ["ledger.sqlite-wal", "ledger.sqlite-journal", "ledger.sqlite-shm"])
+def test_a_users_file_under_a_sqlite_side_name_is_refused_not_deleted(side, pristine, tmp_path, capsys):
+    """SQLite deletes or rewrites a -wal/-journal/-shm beside the database when it opens it: one that is not SQLite's
+    (a referee's notes under that name were deleted by a rerun, exit 0) is refused, exit 2 naming it, and kept."""
+    out = tmp_path / "swept"
+    shutil.copytree(pristine / "swept", out)
+    (out / side).write_text("the researcher's notes\n")
+    capsys.readouterr()
+    assert entry(["sweep", str(pristine / "sweep.toml"), "--out", str(out), "--workers", "0"]) == 2
+    one_error_line(capsys, f"{out / side} is not SQLite's")
+    assert (out / side).read_text() == "the researcher's notes\n"

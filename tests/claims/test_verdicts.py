@@ -312,6 +312,13 @@ def test_judge_command_agrees_with_reproduce_and_catches_tampering(tmp_path, cla
             else:
                 value[-1] = value[1]
     np.savez(folder / "arrays.npz", **arrays)
+    # the run folder's signed marker records the arrays' SHA-256: edited arrays are refused before any judging (a
+    # referee's edited boolean-1d arrays were judged 'pass' on fewer cases, 120 -> 100)
+    result = runner.invoke(app, ["judge", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert "arrays.npz was changed since attndyn wrote it" in " ".join(result.output.split())
+    # a folder copied away from its marker is judged from its data: the edited states fail
+    (folder / ".attndyn.json").unlink()
     result = runner.invoke(app, ["judge", str(folder)])
     assert result.exit_code == 1, result.output
     assert "the recorded verdict was 'pass'; judged again from the saved data it is 'fail'" in " ".join(result.output.split())

@@ -140,10 +140,13 @@ def test_a_run_killed_inside_a_write_leaves_nothing_after_its_rerun(tmp_path, na
     left = _temporaries(out)
     assert len(left) == 1
     assert left[0].startswith(f".{name}.")
-    (out / ".notes.txt.abcdefgh.tmp").write_text("not a name the run wrote")  # stays: not one of the run's names
+    # a user's files of the same form stay: never announced in the signed marker (a referee's case, lost before)
+    (out / ".notes.txt.abcdefgh.tmp").write_text("not a name the run wrote")
+    (out / ".summary.json.abcd_123.tmp").write_text("my notes, named like a temporary file of the run's")
     ownership.claim(out, "run", "the rerun")
     try:
-        assert _temporaries(out) == [".notes.txt.abcdefgh.tmp"]
+        assert _temporaries(out) == [".notes.txt.abcdefgh.tmp", ".summary.json.abcd_123.tmp"]
+        assert (out / ".summary.json.abcd_123.tmp").read_text().startswith("my notes")
         ownership.write_bytes(out / "summary.json", b"{}")
         assert (out / "summary.json").read_bytes() == b"{}"
     finally:

@@ -322,6 +322,42 @@ def test_qwen2_configs_without_layer_types_take_local_layers_from_max_window_lay
     assert load_decoder(folder).windows is None
 
 
+def test_a_tied_config_with_a_different_head_in_the_file_is_refused(tmp_path):
+    """tie_word_embeddings true beside a separate lm_head.weight: readers disagree on which to take (a referee saw the
+    logits 0.86 off transformers'), so the folder is refused naming the key; a head equal to the embeddings is read."""
+    _, folder = tiny("llama", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"tie_word_embeddings": True}))
+    with pytest.raises(CheckpointError, match="tie_word_embeddings is true but the file holds an lm_head.weight"):
+        load_decoder(folder)
+
+
+def test_a_hub_style_gemma3_config_gives_its_sliding_layers_their_own_rope_base(tmp_path):
+    """rope_theta with rope_local_base_freq and no rope_parameters (the hub's flat form), in a folder that the general
+    reader takes (query_pre_attn_scalar != head_dim): the sliding layers take the local base, and the logits equal
+    transformers' on the same folder (they took rope_theta, 0.017 off); a base <= 1 is refused by name."""
+    transformers = pytest.importorskip("transformers")
+    from tests.models.test_gemma3 import tiny_gemma3
+
+    _, folder = tiny_gemma3(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    flat = {k: v for k, v in config.items() if k != "rope_parameters"}
+    flat |= {"rope_theta": 1e6, "rope_local_base_freq": 1e4, "query_pre_attn_scalar": 8}
+    (folder / "config.json").write_text(json.dumps(flat))
+    dec = load_decoder(folder)
+    assert dec.rope_bases == tuple(1e6 if w is None else 1e4 for w in dec.windows)
+    assert set(dec.rope_bases) == {1e6, 1e4}
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager").eval()
+    ids = [2, 5, 9, 11, 3, 7, 8, 12, 13, 14, 20, 21]
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0]
+    got = forward(dec, ids).logits[-len(ids) :]
+    assert (got - want).abs().max().item() < 1e-5  # transformers computes RoPE angles and norms in float32 (1.4e-7 relative)
+    (folder / "config.json").write_text(json.dumps(flat | {"rope_local_base_freq": -1.0}))
+    with pytest.raises(CheckpointError, match="rope_local_base_freq"):
+        load_decoder(folder)
+
+
 @pytest.mark.parametrize(
     ("family", "change", "match"),
     [

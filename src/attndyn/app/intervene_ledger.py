@@ -86,6 +86,11 @@ class TaskLedger:
         self.path = Path(folder) / LEDGER
         if os.path.islink(self.path) or (os.path.lexists(self.path) and not self.path.is_file()):
             raise ownership.OwnershipError(f"{self.path} is not a regular file (a link or a folder); attndyn never writes through it")
+        from attndyn.app.ledger import foreign_side_file
+
+        foreign = foreign_side_file(self.path)
+        if foreign is not None:
+            raise ownership.OwnershipError(f"{foreign} is not SQLite's (its first bytes are not a journal header); SQLite would delete it")
         self._mac_key = ownership.mac_key("intervene ledger")
         self.db = sqlite3.connect(self.path, timeout=30)
         self.db.execute("CREATE TABLE IF NOT EXISTS intervene_tasks (key TEXT PRIMARY KEY, data BLOB NOT NULL, mac TEXT NOT NULL, seconds REAL)")

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
@@ -267,6 +268,30 @@ def problems(db: sqlite3.Connection, where: str = "the ledger") -> list[str]:
     return found
 
 
+# the first bytes of SQLite's own side files: a WAL (either byte order of its checksums), a rollback journal, and
+# the WAL index (its version 3007000, in this machine's byte order); SQLite deletes or rewrites such files when it
+# opens the database, so a file of those names that is not SQLite's is refused before, never handed to it
+SIDE_MAGIC = {
+    "-wal": (bytes.fromhex("377f0682"), bytes.fromhex("377f0683")),
+    "-journal": (bytes.fromhex("d9d505f920a163d7"), bytes(8)),
+    "-shm": ((3007000).to_bytes(4, sys.byteorder), bytes(4)),
+}
+
+
+def foreign_side_file(database: Path) -> Path | None:
+    """The first of ``database``'s SQLite side files (``-wal``, ``-journal``, ``-shm``) that holds bytes SQLite did not
+    write (its header is not SQLite's), or None: opening the database would delete or overwrite it."""
+    for suffix, magics in SIDE_MAGIC.items():
+        side = database.with_name(database.name + suffix)
+        if os.path.islink(side) or not side.is_file() or side.stat().st_size == 0:
+            continue
+        with open(side, "rb") as fh:
+            head = fh.read(8)
+        if not any(head.startswith(m) for m in magics):
+            return side
+    return None
+
+
 class Ledger:
     """The SQLite ledger of a sweep folder; every write is one transaction. Its schema and rows are
     verified at open (:func:`problems`): a ledger that lacks something or holds rows that do not fit
@@ -280,6 +305,9 @@ class Ledger:
             path = self.path.with_name(name)
             if os.path.islink(path) or (os.path.lexists(path) and not path.is_file()):
                 raise SweepError(f"{path} is not a regular file (a link or a folder); attndyn never writes through it")
+        foreign = foreign_side_file(self.path)
+        if foreign is not None:
+            raise SweepError(f"{foreign} is not SQLite's (its first bytes are not a WAL, journal or index header); SQLite would delete it")
         self.repair = repair
         self.repaired: list[str] = []  # what the ledger lacked or held that did not fit, as found at open
         self.moved: list[str] = []  # the rows set aside by --repair, each with its reason

@@ -174,7 +174,9 @@ def check_scheduler(address: str) -> None:
 
     try:
         scheme, location = parse_address(address, strict=True)
-        if scheme in ("tcp", "tls", "ucx", "ws", "wss"):
+        if scheme not in ("tcp", "tls", "ucx", "ws", "wss", "inproc"):  # Dask's own schemes; any other fails at connect
+            raise ValueError(f"unknown address scheme {scheme!r}: Dask knows tcp, tls, ucx, ws, wss and inproc")
+        if scheme != "inproc":
             host, port = parse_host_port(location)
             if not host or not 0 < int(port) < 65536:
                 raise ValueError(f"host {host!r}, port {port} (ports are 1 to 65535)")

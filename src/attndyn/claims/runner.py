@@ -74,11 +74,18 @@ def judge_folder(folder: Path) -> dict:
     from attndyn.claims import EXPERIMENTS, load
     from attndyn.claims.common import verdict_of
     from attndyn.core.reading import FileRefused, load_npz, read_json
+    from attndyn.workflow.ownership import changed_since_written
 
     folder = Path(folder)
     summary = folder / "summary.json"
     if not summary.exists():  # (something that is not a regular file is refused by name below)
         raise JudgeError(f"{folder} is not a complete run folder (no summary.json)")
+    # a file changed since the run wrote it is refused by the hash its folder's signed marker records (a judge of edited
+    # arrays could pass on fewer cases); a folder copied away from its marker is judged as it is
+    for name in ("summary.json", "config.json", "result.json", "arrays.npz"):
+        why = changed_since_written(folder / name)
+        if why:
+            raise JudgeError(f"{why}; judge the folder as the run wrote it, or reproduce the claim again")
     try:
         # tables read within bounds: a list, a FIFO or a 2000-deep nesting is refused by name
         summary_data = read_json(summary, "run folder file")

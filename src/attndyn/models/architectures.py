@@ -291,12 +291,24 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = need("model.embed_tokens.weight")
     tied = fam.tied == "always" or config.get("tie_word_embeddings", False) or get("lm_head.weight") is None
+    separate = get("lm_head.weight") if tied and fam.tied != "always" else None
+    if separate is not None and not torch.equal(torch.as_tensor(separate), torch.as_tensor(embed)):
+        # which of the two a reader takes differs between readers (transformers' result moved by 0.86 in the logits)
+        raise CheckpointError(
+            f"{where}tie_word_embeddings is true but the file holds an lm_head.weight that differs from the embeddings; "
+            "set tie_word_embeddings to false to use the separate head, or remove it"
+        )
     head = embed if tied else need("lm_head.weight")
     windows = _windows(fam, config, L)
     extra: dict = {}
     if per_type is not None:  # Gemma: a base per layer type
         types = config.get("layer_types") or ["full_attention"] * L
         extra["rope_bases"] = tuple(float(per_type.get(t, per_type.get("full_attention", {})).get("rope_theta", base)) for t in types)
+    elif config.get("rope_local_base_freq") is not None:  # the hub's flat form: the sliding layers' own base beside rope_theta
+        from attndyn.models.file_checks import as_real
+
+        local = as_real(config["rope_local_base_freq"], where.rstrip(": "), "rope_local_base_freq", 1.0)
+        extra["rope_bases"] = tuple(base if w is None else local for w in (windows or (None,) * L))
     if fam.embed_scaled:
         extra |= {"embed_scale": d**0.5, "bos_id": config.get("bos_token_id"), "add_bos": config.get("bos_token_id") is not None}
         scalar = config.get("query_pre_attn_scalar")

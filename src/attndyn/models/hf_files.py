@@ -210,6 +210,7 @@ def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray], *, lazy: bo
 
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("wte.weight", (vocab, d))
+    _tied_head_agrees(c, arrays, "lm_head.weight", embed, (vocab, d), str(folder))
     head = get("lm_head.weight", (vocab, d)) if "lm_head.weight" in arrays and not c["tie_word_embeddings"] else embed
     tokenizer = _folder_tokenizer(folder)
     check_tokenizer(tokenizer, vocab, str(folder))
@@ -289,6 +290,7 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
 
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("model.embed_tokens.weight", (vocab, d), wide=False)
+    _tied_head_agrees(c, arrays, "lm_head.weight", embed, (vocab, d), where)
     head = embed if c["tie_word_embeddings"] or "lm_head.weight" not in arrays else get("lm_head.weight", (vocab, d), wide=False)
     final_norm = get("model.norm.weight", (d,)) + (1.0 if gemma else 0.0)
     extra = _gemma3_hf_extra(config, c, where, L, d, hd) if gemma else {}
@@ -299,3 +301,17 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
         fc.display_name(folder.name), str(folder), embed, layers, final_norm, head, H, KV, hd, rope, c["rms_norm_eps"], tokenizer,
         context=c["max_position_embeddings"], **extra,
     )  # fmt: skip
+
+
+def _tied_head_agrees(c: dict, arrays: dict, name: str, embed, shape: tuple, where: str) -> None:
+    """A config that ties the head to the embeddings while the file holds a different head is refused: readers disagree
+    on which of the two a tied model uses (transformers' logits and ours were 0.86 apart on such a folder)."""
+    if not c["tie_word_embeddings"] or name not in arrays:
+        return
+    head = arrays[name]
+    head = head if isinstance(head, torch.Tensor) else torch.as_tensor(np.asarray(head))
+    if tuple(head.shape) != tuple(shape) or not torch.equal(head.to(torch.float64), torch.as_tensor(embed).to(torch.float64)):
+        raise ModelFileError(
+            f"{where}: tie_word_embeddings is true but the file holds an {name} that differs from the embeddings; "
+            "set tie_word_embeddings to false to use the separate head, or remove it"
+        )

@@ -54,6 +54,7 @@ import hmac
 import json
 import os
 import re
+import secrets
 import stat
 import tempfile
 import time
@@ -163,6 +164,23 @@ def _recorded(path: Path) -> str | None:
     return _marked(path)
 
 
+def changed_since_written(path: str | Path) -> str | None:
+    """Why ``path`` is not what attndyn wrote there, by the SHA-256 its folder's signed marker records (a file that
+    marker does not record as written, or a folder without a verifying marker, cannot be told: None)."""
+    path = Path(path)
+    try:
+        recorded = _marked(path)
+    except OwnershipError:
+        return None
+    if recorded is None or recorded in (WRITING, FOLDER, LIVE):
+        return None
+    if not path.is_file() or os.path.islink(path):
+        return f"{path} is not the regular file attndyn wrote"
+    if digest(path) != recorded:
+        return f"{path} was changed since attndyn wrote it (its SHA-256 is not the one its folder's signed marker records)"
+    return None
+
+
 def _marked(path: Path) -> str | None:
     """The hash the folder's marker records for ``path`` (None without one)."""
     key = os.path.abspath(path)
@@ -215,9 +233,12 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     _no_links_below_owner(path)
     release(path)
-    _announce(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # both names in the marker before the temporary file exists: a run killed from here on leaves a marker that
+    # names the file it was writing (its rerun overwrites it) and the temporary file (its rerun removes it)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    _announce(path, tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -229,6 +250,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)  # the temporary file made above
         raise
+    _forget(Path(tmp))
     _WRITTEN[os.path.abspath(path)] = hashlib.sha256(data).hexdigest()
     return path
 
@@ -247,17 +269,30 @@ def install(part: str | Path, target: str | Path) -> Path:
     return target
 
 
-def _announce(path: Path) -> None:
-    """Record ``path`` as being written in the marker of the folder this process claimed above it
-    (before the bytes land: a run stopped after they did leaves a marker that names the file)."""
+def _announce(path: Path, *more: Path) -> None:
+    """Record ``path`` (and ``more`` beside it) as being written in the marker of the folder this process claimed
+    above it (before the bytes land: a run stopped after they did leaves a marker that names the file)."""
     folder, _ = _owning_folder(path)
     owner = _OWNERS.get(os.path.abspath(folder)) if folder is not None else None
     if owner is None:
         return
-    rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(owner.folder)).as_posix()
-    if _inside(rel) and rel not in owner.writing:
-        owner.writing[rel] = WRITING
+    new = False
+    for p in (path, *more):
+        rel = Path(os.path.abspath(p)).relative_to(os.path.abspath(owner.folder)).as_posix()
+        if _inside(rel) and rel not in owner.writing:
+            owner.writing[rel] = WRITING
+            new = True
+    if new:
         owner._save()
+
+
+def _forget(path: Path) -> None:
+    """Drop a temporary file that is gone (renamed into place) from the announced names; the marker is saved
+    with the next change (a marker that still names it names nothing: its rerun finds no file)."""
+    folder, _ = _owning_folder(path)
+    owner = _OWNERS.get(os.path.abspath(folder)) if folder is not None else None
+    if owner is not None:
+        owner.writing.pop(Path(os.path.abspath(path)).relative_to(os.path.abspath(owner.folder)).as_posix(), None)
 
 
 def remove(path: str | Path, recorded: str | None = None) -> None:
@@ -613,42 +648,50 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", 
         _adopt(folder)
     owner = Owner(folder, kind, writer, *(({**proof[k]} if proof else {}) for k in ("files", "previous", "writing")))
     if proof is not None:
-        _remove_own_temporaries(folder, [MARKER, *proof["files"], *proof["writing"]])
+        for rel in _remove_own_temporaries(folder, proof["writing"]):
+            owner.writing.pop(rel, None)
     owner._save()
     _OWNERS[os.path.abspath(folder)] = owner
     return owner
 
 
-def _remove_own_temporaries(folder: Path, rels: list[str]) -> list[Path]:
+TEMPORARY = re.compile(r"(?:.*/)?\.[^/]+\.[a-z0-9_]{8}\.tmp")  # what write_bytes's mkstemp names (.NAME.XXXXXXXX.tmp)
+
+
+def _remove_own_temporaries(folder: Path, writing: dict[str, str]) -> list[str]:
     """Remove the temporary files that an earlier run of this folder left when it was killed while writing
-    (:func:`write_bytes` and the marker write ``.NAME.XXXXXXXX.tmp`` beside ``NAME`` and rename it; SIGKILL
-    or a power cut skips the clean-up): for each recorded or announced ``NAME``, the regular files of the
-    user named so, in that folder and never through a link. Called with the folder's lock held, so no other
-    attndyn run is writing them. Returns what was removed."""
-    root = os.path.realpath(folder)
+    (SIGKILL or a power cut skips :func:`write_bytes`'s clean-up), and only those it can prove its own: the
+    names its signed marker announced before writing them (a user's file of the same form, never announced,
+    stays), each a regular file of the user's, removed through the gate; and a temporary copy of the marker
+    whose content verifies under the user's key. Called with the folder's lock held, so no other attndyn run
+    is writing them. Returns the announced temporary names now gone (to drop from the marker)."""
     removed = []
-    for parent, names in _by_parent(rels).items():
-        where = os.path.join(root, parent)
-        if os.path.realpath(where) != os.path.normpath(where) or not os.path.isdir(where):
-            continue  # a link or no folder: nothing of ours to remove there
-        pattern = re.compile("|".join(rf"\.{re.escape(n)}\.[a-z0-9_]{{8}}\.tmp" for n in names))
-        for entry in os.scandir(where):
-            if not pattern.fullmatch(entry.name):
-                continue
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
+    for rel in sorted(writing):
+        path = folder / rel
+        if not TEMPORARY.fullmatch(rel):
+            continue
+        if not os.path.lexists(path):
+            removed.append(rel)  # announced, never made (or renamed into place): nothing to remove, nothing to name
+            continue
+        if os.path.islink(path) or not path.is_file() or path.stat().st_uid != os.geteuid():
+            continue
+        try:
+            remove(path)
+        except OwnershipError:
+            continue  # the gate said no: left where it is
+        removed.append(rel)
+    for entry in os.scandir(folder):
+        if not re.fullmatch(rf"\.{re.escape(MARKER)}\.[a-z0-9_]{{8}}\.tmp", entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            with open(entry.path, "rb") as fh:
+                record = json.loads(fh.read(1_000_000))
+            ours = isinstance(record, dict) and hmac.compare_digest(str(record.get("mac", "")), _mac(record))
+        except (OSError, ValueError, UnicodeDecodeError):
+            ours = False  # a marker cut short, or not a marker: not provably attndyn's, left in place
+        if ours:
+            os.unlink(entry.path)
     return removed
-
-
-def _by_parent(rels: list[str]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for rel in rels:
-        parent, _, name = rel.rpartition("/")
-        if name:
-            out.setdefault(parent, set()).add(name)
-    return out
 
 
 def _refuse_if_held(folder: Path) -> None:

@@ -408,7 +408,9 @@ def write_gif(
     fig = _figure(figsize=figsize)
     state = setup(fig)
     writer = PillowWriter(fps=fps)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+    # frames go to a private folder of the system's (a killed run leaves nothing in the user's folder: a referee's
+    # killed --movie runs left visible tmpXXXXXXXX/ folders beside the output); the bytes land through the gate
+    with tempfile.TemporaryDirectory(prefix="attndyn-movie-") as tmp:
         tmp_file = Path(tmp) / path.name
         with writer.saving(fig, str(tmp_file), dpi):
             for k in range(n_frames):
