@@ -98,7 +98,7 @@ SENSITIVITY = {
     "polytope-subspace": [
         ({"v_error": 1e-6}, {}, ["conv{pi_F z_i}"]),
         ({"v_error": -1e-6}, {}, ["conv{pi_F z_i}"]),
-        ({"t_factor": 0.7}, {}, ["pi_F z_i(T) within"]),
+        ({"t_factor": 0.5}, {}, ["pi_F z_i(T) within"]),
     ],
     HP: [
         ({"v_error": 1e-6}, {}, ["(a) max_j c_j", "(b) |c_i(T)", "(c) at most 3", "(d) distance"]),

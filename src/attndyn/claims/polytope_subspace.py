@@ -45,11 +45,21 @@ VERTEX_TOL = 1e-3
 MONOTONE_RTOL = 16 * float(np.finfo(np.float64).eps)
 
 
-def case(name: str) -> tuple[np.ndarray, int]:
+# The horizon, lambda_F T = 15 (lambda_F the eigenvalue of V on F). Once a token's attention has concentrated,
+# pi_F z_i approaches the boundary of the polytope (or 0) like e^{-lambda_F t}: measured on seed 113's worst token
+# (case diag(2,2,1,-1)), 6.9e-3, 3.4e-4, 1.7e-5 at lambda_F T = 12, 15, 18, the factor e^{-lambda_F dT} exactly. The
+# fixed lambda_F T of 10 and 12 failed 1 of 60 seeds there (1 token of 1600 at 6.9x the 1e-3 tolerance); at 15 the
+# same token sits at 0.34 of it, and the worst over the seeds 0-29 and 100-129 is given in the claims guide. Far
+# longer is not open: the logits grow like e^{2 lambda_F t} |z|^2 (e^{30} x 25 ~ 3e14 at lambda_F T = 15), and past
+# about 1e15 their rounding moves the attention itself (SPEC's precision horizon).
+LAMBDA_T = 15.0
+
+
+def case(name: str) -> tuple[np.ndarray, float]:
     if name == "diag(1,1,-0.5)":
-        return np.diag([1.0, 1.0, -0.5]), 10.0
+        return np.diag([1.0, 1.0, -0.5]), LAMBDA_T / 1.0
     if name == "diag(2,2,1,-1)":
-        return np.diag([2.0, 2.0, 1.0, -1.0]), 6.0
+        return np.diag([2.0, 2.0, 1.0, -1.0]), LAMBDA_T / 2.0
     raise ValueError(f"unknown case {name!r}")
 
 
@@ -87,8 +97,8 @@ def run(config: Config) -> Result:
         d, p = len(V), int((np.diag(V) == V.max()).sum())
         add("judged", V, np.eye(d), T)
         add("judged", V, spd_respecting(d, p, rng), T)
-    V, T = case(config.cases[0])
-    add("generic-spd", V, generic_spd(len(V), rng), T)
+    V, _ = case(config.cases[0])
+    add("generic-spd", V, generic_spd(len(V), rng), 10.0)  # reported series: their horizon as before
     S = np.array([[1.0, 0.3, 0.4], [0.0, 1.0, 0.5], [0.2, 0.0, 1.0]])
     add("non-orthogonal", S @ np.diag([1.0, 1.0, -0.5]) @ np.linalg.inv(S), generic_spd(3, rng), 10.0)
     checks, info = judge(arrays, config)
@@ -128,7 +138,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
             j["mono"], detects="V off by 1e-6 in the dynamics, either sign (the judge uses the stated V's splitting)"
         ),
         "pi_F z_i(T) within 1e-3 of the boundary of the limit polytope or of 0: failing tokens": every(
-            j["boundary"], detects="the run stopped at 0.7 T"
+            j["boundary"], detects="the run stopped at 0.5 T (lambda_F T = 7.5)"
         ),
         "pi_F z_i within 1e-3 of a vertex (generic expectation, not the theorem): fraction of tokens": report(fraction(j["vertex"])),
         "median growth of the G-component of z (unconstrained; may diverge)": report(np.median(j["growth"]) if j["growth"] else float("nan")),
