@@ -655,7 +655,7 @@ def claim(folder: str | Path, kind: str, writer: str, *, option: str = "--out", 
     return owner
 
 
-TEMPORARY = re.compile(r"(?:.*/)?\.[^/]+\.[a-z0-9_]{8}\.tmp")  # what write_bytes's mkstemp names (.NAME.XXXXXXXX.tmp)
+TEMPORARY = re.compile(r"(?:.*/)?\.[^/]+\.[a-z0-9_]{8}\.tmp")  # the temporary names write_bytes gives (.NAME.XXXXXXXX.tmp)
 
 
 def _remove_own_temporaries(folder: Path, writing: dict[str, str]) -> list[str]:
