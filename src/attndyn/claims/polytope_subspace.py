@@ -51,7 +51,7 @@ MONOTONE_RTOL = 16 * float(np.finfo(np.float64).eps)
 # fixed lambda_F T of 10 and 12 failed 1 of 60 seeds there (1 token of 1600 at 6.9x the 1e-3 tolerance); at 15 the
 # same token sits at 0.34 of it, and the worst over the seeds 0-29 and 100-129 is given in the claims guide. Far
 # longer is not open: the logits grow like e^{2 lambda_F t} |z|^2 (e^{30} x 25 ~ 3e14 at lambda_F T = 15), and past
-# about 1e15 their rounding moves the attention itself (SPEC's precision horizon).
+# about 1e15 their rounding moves the attention itself (the rescaled dynamics' precision horizon).
 LAMBDA_T = 15.0
 
 
