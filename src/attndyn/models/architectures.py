@@ -291,13 +291,7 @@ def _llama_like(fam: Family, config: dict, need, get, *, name: str, source: str,
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = need("model.embed_tokens.weight")
     tied = fam.tied == "always" or config.get("tie_word_embeddings", False) or get("lm_head.weight") is None
-    separate = get("lm_head.weight") if tied and fam.tied != "always" else None
-    if separate is not None and not torch.equal(torch.as_tensor(separate), torch.as_tensor(embed)):
-        # which of the two a reader takes differs between readers (transformers' result moved by 0.86 in the logits)
-        raise CheckpointError(
-            f"{where}tie_word_embeddings is true but the file holds an lm_head.weight that differs from the embeddings; "
-            "set tie_word_embeddings to false to use the separate head, or remove it"
-        )
+    hf_files.tied_head_agrees(tied and fam.tied != "always", get("lm_head.weight"), embed, where.rstrip(": "))
     head = embed if tied else need("lm_head.weight")
     windows = _windows(fam, config, L)
     extra: dict = {}

@@ -210,7 +210,7 @@ def _gpt2(folder: Path, config: dict, arrays: dict[str, np.ndarray], *, lazy: bo
 
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("wte.weight", (vocab, d))
-    _tied_head_agrees(c, arrays, "lm_head.weight", embed, (vocab, d), str(folder))
+    tied_head_agrees(c["tie_word_embeddings"], arrays["lm_head.weight"] if "lm_head.weight" in arrays else None, embed, str(folder))
     head = get("lm_head.weight", (vocab, d)) if "lm_head.weight" in arrays and not c["tie_word_embeddings"] else embed
     tokenizer = _folder_tokenizer(folder)
     check_tokenizer(tokenizer, vocab, str(folder))
@@ -290,7 +290,7 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
 
     layers = LazyLayers(L, layer) if lazy else tuple(layer(k) for k in range(L))
     embed = get("model.embed_tokens.weight", (vocab, d), wide=False)
-    _tied_head_agrees(c, arrays, "lm_head.weight", embed, (vocab, d), where)
+    tied_head_agrees(c["tie_word_embeddings"], arrays["lm_head.weight"] if "lm_head.weight" in arrays else None, embed, where)
     head = embed if c["tie_word_embeddings"] or "lm_head.weight" not in arrays else get("lm_head.weight", (vocab, d), wide=False)
     final_norm = get("model.norm.weight", (d,)) + (1.0 if gemma else 0.0)
     extra = _gemma3_hf_extra(config, c, where, L, d, hd) if gemma else {}
@@ -303,14 +303,14 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
     )  # fmt: skip
 
 
-def _tied_head_agrees(c: dict, arrays: dict, name: str, embed, shape: tuple, where: str) -> None:
-    """A config that ties the head to the embeddings while the file holds a different head is refused: readers disagree
-    on which of the two a tied model uses (transformers' logits and ours were 0.86 apart on such a folder)."""
-    if not c["tie_word_embeddings"] or name not in arrays:
+def tied_head_agrees(tied: bool, head, embed, where: str, name: str = "lm_head.weight") -> None:
+    """A config that ties the head to the embeddings (``tied``) while the file holds a different ``head`` (None: no
+    separate head) is refused: readers disagree on which of the two a tied model uses (transformers' logits and ours
+    were 0.86 apart on such a folder). Every reader calls this one check."""
+    if not tied or head is None:
         return
-    head = arrays[name]
     head = head if isinstance(head, torch.Tensor) else torch.as_tensor(np.asarray(head))
-    if tuple(head.shape) != tuple(shape) or not torch.equal(head.to(torch.float64), torch.as_tensor(embed).to(torch.float64)):
+    if not torch.equal(head.to(torch.float64), torch.as_tensor(embed).to(torch.float64)):  # False for another shape too
         raise ModelFileError(
             f"{where}: tie_word_embeddings is true but the file holds an {name} that differs from the embeddings; "
             "set tie_word_embeddings to false to use the separate head, or remove it"
