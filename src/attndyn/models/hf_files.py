@@ -303,7 +303,9 @@ def read_hf_llama(folder: str | Path, *, lazy: bool = True) -> Decoder:
     )  # fmt: skip
 
 
-def tied_head_agrees(tied: bool, head, embed, where: str, name: str = "lm_head.weight") -> None:
+def tied_head_agrees(
+    tied: bool, head: torch.Tensor | np.ndarray | None, embed: torch.Tensor | np.ndarray, where: str, name: str = "lm_head.weight"
+) -> None:
     """A config that ties the head to the embeddings (``tied``) while the file holds a different ``head`` (None: no
     separate head) is refused: readers disagree on which of the two a tied model uses (transformers' logits and ours
     were 0.86 apart on such a folder). Every reader calls this one check."""
