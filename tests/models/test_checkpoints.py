@@ -217,3 +217,82 @@ def test_minilm_cli_report(minilm_checkpoint_page):
     for f in record["figures"]:
         assert (out / f).is_file()
     assert (out / "index.html").is_file()
+
+
+# --- the encoder rows are the reader's input (issue 48 item 1): change a trait of the bert or the albert row, and
+# what the folder reads to moves (other hidden states, or a refusal naming the trait) -------------------------
+ENCODER_TRAIT_VALUES = {
+    "layout": ("encoder", "encoder_groups", "split"),
+    "shared_layers": (False, True),
+    "factorized_embedding": (False, True),
+    "act_key": ("hidden_act", "hidden_activation"),
+    "norm": ("rms", "layer"),
+    "norm_placement": ("pre", "post", "sandwich"),
+    "biases": ("none", "all"),
+    "rotary": ("full", "learned"),
+    "gqa": (True, False),
+    "parallel_residual": (True, False),
+    "softcap": (True, False),
+    "sliding_window": ("none", "all"),
+    "qk_norm": ("none", "head"),
+    "fused": ("none", "qkv"),
+    "gated_ffn": (True, False),
+    "norm_offset": (0.0, 1.0),
+    "embed_scaled": (False, True),
+    "reader": ("bert", "family"),
+}
+
+
+def _encoder_outcome(folder):
+    try:
+        c = ck.load_checkpoint(folder)
+        hidden, _ = ck.encoder_layers(c, ck.embed_ids(c, torch.tensor([2, 7, 11, 3]), torch.zeros(4, dtype=torch.long)))
+        return torch.stack(hidden)
+    except ck.CheckpointError as err:
+        return str(err)
+
+
+@pytest.mark.parametrize("arch", ["bert", "albert"])
+def test_every_trait_of_an_encoder_row_is_read(tmp_path, monkeypatch, arch):
+    import dataclasses
+
+    from attndyn.models import families
+
+    folder, _ = tiny(tmp_path, arch)
+    row = families.FAMILIES[arch]
+    config = json.loads((folder / "config.json").read_text())
+    unread = set()
+    for trait, values in ENCODER_TRAIT_VALUES.items():
+        # the activation's key shows only where its value is not the default's
+        (folder / "config.json").write_text(json.dumps(config | ({"hidden_act": "relu"} if trait == "act_key" else {})))
+        base = _encoder_outcome(folder)
+        assert not isinstance(base, str), base
+        moved = False
+        for value in values:
+            if value == getattr(row, trait):
+                continue
+            monkeypatch.setitem(families.FAMILIES, arch, dataclasses.replace(row, **{trait: value}))
+            out = _encoder_outcome(folder)
+            moved |= isinstance(out, str) or out.shape != base.shape or not torch.equal(out, base)
+            monkeypatch.setitem(families.FAMILIES, arch, row)
+        if not moved:
+            unread.add(trait)
+    assert unread == set(), f"{arch}: traits read by no reader: {sorted(unread)}"
+
+
+def test_albert_has_its_own_row_and_a_new_encoder_row_is_refused_by_trait(tmp_path, monkeypatch):
+    import dataclasses
+
+    from attndyn.models import families
+
+    assert families.family_of_encoder("albert").shared_layers
+    assert not families.family_of_encoder("bert").shared_layers
+    folder, _ = tiny(tmp_path, "bert")
+    # a RoBERTa-like row written as a BERT row with rotary positions: refused naming the trait, before any tensor is read
+    roberta = dataclasses.replace(families.FAMILIES["bert"], name="roberta", model_types=("roberta",), rotary="full")
+    monkeypatch.setitem(families.FAMILIES, "roberta", roberta)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "roberta"}))
+    (folder / "model.safetensors").write_bytes(b"not read")
+    with pytest.raises(ck.CheckpointError, match=r"roberta row says rotary='full'.*encoder reader"):
+        ck.load_checkpoint(folder)

@@ -35,6 +35,7 @@ import torch
 
 from attndyn.core.weights import Weights
 from attndyn.models.errors import CheckpointError
+from attndyn.models.families import family_of_encoder
 
 
 @dataclass(frozen=True)
@@ -146,23 +147,45 @@ ALBERT_NAMES = {
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 
-@dataclass(frozen=True)
-class EncoderLayout:
-    """What differs between the encoder families of the one ``bert`` row, as traits the reader reads (it never
-    compares a model_type): the tensor names of layer ``{i}``, whether one layer's weights serve every layer,
-    and whether the embeddings have their own width (``embedding_size``) mapped to the hidden one."""
-
-    names: dict[str, str]
-    shared_layers: bool = False
-    factorized_embedding: bool = False
-    label: str = ""
-
-
-# the encoder layouts, by the model_type that names them (the row's model_types)
-ENCODERS = {
-    "bert": EncoderLayout(BERT_NAMES, label="bert (BERT, MiniLM)"),
-    "albert": EncoderLayout({k: ALBERT_PREFIX + v for k, v in ALBERT_NAMES.items()}, shared_layers=True, factorized_embedding=True, label="albert"),
+# the tensor names of layer ``{i}`` for each encoder layout (a row's ``layout`` trait; the row's
+# ``shared_layers`` and ``factorized_embedding`` say the rest of what differs, so no reader compares a model_type)
+ENCODER_NAMES = {
+    "encoder": BERT_NAMES,
+    "encoder_groups": {k: ALBERT_PREFIX + v for k, v in ALBERT_NAMES.items()},
 }
+# what this reader computes (Post-LN blocks with biases, learned positions, a GELU or ReLU feed-forward):
+# an encoder row whose traits say otherwise is refused by trait before anything is read
+ENCODER_TRAITS = {
+    "norm": "layer",
+    "norm_placement": "post",
+    "biases": "all",
+    "rotary": "learned",
+    "gqa": False,
+    "parallel_residual": False,
+    "softcap": False,
+    "sliding_window": "none",
+    "qk_norm": "none",
+    "fused": "none",
+    "gated_ffn": False,
+    "norm_offset": 0.0,
+    "embed_scaled": False,
+    "reader": "bert",
+}
+
+
+def _check_encoder_row(fam) -> dict[str, str]:
+    """The tensor names of ``fam``'s layout, or :class:`CheckpointError` naming the first trait this reader lacks."""
+    for trait, value in ENCODER_TRAITS.items():
+        if getattr(fam, trait) != value:
+            raise CheckpointError(
+                f"the {fam.name} row says {trait}={getattr(fam, trait)!r}, which the encoder reader does not compute (it reads {trait}={value!r})"
+            )
+    if fam.layout not in ENCODER_NAMES:
+        raise CheckpointError(f"the {fam.name} row's layout {fam.layout!r} is not an encoder layout; known: {', '.join(ENCODER_NAMES)}")
+    names = ENCODER_NAMES[fam.layout]
+    if not fam.shared_layers and not any("{i}" in v for v in names.values()):
+        raise CheckpointError(f"the {fam.name} row's layout {fam.layout!r} holds one layer for all of them, so the row must say shared_layers=True")
+    return names
 
 
 def _read_tensors(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
@@ -190,7 +213,7 @@ def _read_tensors(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{path} holds no model.safetensors (nor pytorch_model.bin)")
 
 
-def _bert_spec() -> dict:
+def _bert_spec(act_key: str = "hidden_act") -> dict:
     from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Int, Real, Text
 
     return {
@@ -203,7 +226,7 @@ def _bert_spec() -> dict:
         "type_vocab_size": Int(1, MAX_VOCAB, required=False, default=2),
         "embedding_size": Int(1, MAX_WIDTH, required=False),
         "layer_norm_eps": Real(above=0.0, hi=1.0, required=False, default=1e-12),
-        "hidden_act": Text(default="gelu"),
+        act_key: Text(default="gelu"),
     }
 
 
@@ -235,20 +258,19 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
     if not (path / "config.json").exists() and not (path / "config.json").is_symlink():
         raise CheckpointError(f"{path} has no config.json")
     config = fc.read_json(fc.model_file(path, "config.json"))
-    arch = config.get("model_type")
-    layout = ENCODERS.get(arch) if isinstance(arch, str) else None
-    if layout is None:
-        raise CheckpointError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(e.label for e in ENCODERS.values())}")
-    c = fc.typed(config, _bert_spec(), str(path / "config.json"))
+    fam = family_of_encoder(config.get("model_type"), where=f"{path / 'config.json'}: ")
+    arch = config["model_type"]  # one of the row's model_types
+    names = _check_encoder_row(fam)
+    c = fc.typed(config, _bert_spec(fam.act_key), str(path / "config.json"))
     d, heads, n_layers, inter = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
     vocab, n_pos, n_types = c["vocab_size"], c["max_position_embeddings"], c["type_vocab_size"]
     if d % heads:
         raise CheckpointError(f"{path / 'config.json'}: hidden_size {d} is not a multiple of num_attention_heads {heads}")
-    act = c["hidden_act"]
+    act = c[fam.act_key]
     if act not in ACTIVATIONS:
-        raise CheckpointError(f"unsupported hidden_act {act!r}; supported: {ACTIVATIONS}")
+        raise CheckpointError(f"unsupported {fam.act_key} {act!r}; supported: {ACTIVATIONS}")
     tensors = _strip_prefix(_read_tensors(path, allow_pickle), arch)
-    e = (c["embedding_size"] or d) if layout.factorized_embedding else d
+    e = (c["embedding_size"] or d) if fam.factorized_embedding else d
     word = _get(tensors, "embeddings.word_embeddings.weight", (vocab, e))
     position = _get(tensors, "embeddings.position_embeddings.weight", (n_pos, e))
     token_type = _get(tensors, "embeddings.token_type_embeddings.weight", (n_types, e))
@@ -292,14 +314,14 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
         )
 
     def named(i: int) -> dict[str, str]:
-        return {k: v.format(i=i) for k, v in layout.names.items()}
+        return {k: v.format(i=i) for k, v in names.items()}
 
-    if layout.shared_layers:  # ALBERT: one layer across depth
+    if fam.shared_layers:  # ALBERT: one layer across depth
         layers = [layer(named(0))] * n_layers
     else:
         layers = [layer(named(i)) for i in range(n_layers)]
     emb_map = None
-    if layout.factorized_embedding:
+    if fam.factorized_embedding:
         emb_map = (
             _get(tensors, "encoder.embedding_hidden_mapping_in.weight", (d, e)),
             _get(tensors, "encoder.embedding_hidden_mapping_in.bias", (d,)),
@@ -463,7 +485,7 @@ def per_head_table(ckpt: Checkpoint) -> list[dict]:
     from attndyn.analysis.spectra import head_spectra
 
     rows = []
-    distinct = 1 if ENCODERS[ckpt.arch].shared_layers else len(ckpt.layers)
+    distinct = 1 if family_of_encoder(ckpt.arch).shared_layers else len(ckpt.layers)
     for layer in range(distinct):
         for hs in head_spectra(ckpt.weights(layer), beta=ckpt.beta):
             eig = hs.eig_V[np.argsort(-np.abs(hs.eig_V))]

@@ -9,7 +9,7 @@ Contract
   (``attndyn checkpoint``), :func:`~attndyn.models.decoder_files.load_decoder`, the refusal of an
   unknown architecture and the table in ``docs/guide/trained-models.md`` all read it: adding a family
   is one entry here (the readers of :mod:`attndyn.models.architectures` read its traits).
-* ``family_of_model_type(t)`` / ``family_of_gguf(a)``: the family, or :class:`CheckpointError` naming
+* ``family_of_model_type(t)`` / ``family_of_encoder(t)`` / ``family_of_gguf(a)``: the family, or :class:`CheckpointError` naming
   ``t`` and listing the supported ones.
 * ``twin_refusal(decoder)``: one line saying why the particle twin is not offered for this decoder
   (LayerNorm, a parallel residual, norms after the sub-layers, soft-capped scores), or None.
@@ -25,7 +25,7 @@ imports it without a circle. :mod:`attndyn.models.architectures` re-exports its 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attndyn.models.decoder import Decoder
 from attndyn.models.errors import CheckpointError
@@ -52,7 +52,10 @@ class Family:
     fused: str = "none"  # "qkv", "qkv+gate_up"
     gated_ffn: bool = True
     reader: str = "family"  # "files" (decoder_files.read_hf_llama), "family" (read_hf_family), "bert"
-    layout: str = "split"  # tensor layout: "split" (model.layers.*, q/k/v apart), "neox" (gpt_neox.layers.*, fused per head), "conv1d" (GPT-2)
+    layout: str = "split"  # tensor layout: "split" (model.layers.*, q/k/v apart), "neox" (gpt_neox.layers.*, fused per head), "conv1d" (GPT-2);
+    # encoders: "encoder" (encoder.layer.{i}.*, BERT) or "encoder_groups" (encoder.albert_layer_groups.*, ALBERT)
+    shared_layers: bool = False  # encoders: one layer's weights serve every layer (ALBERT)
+    factorized_embedding: bool = False  # encoders: the embeddings have their own width (embedding_size), mapped to the hidden one
     norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (offset + w): 1.0, added in float64 when read (llama.cpp stores offset + w)
     embed_scaled: bool = False  # the embeddings multiplied by sqrt(d) and a BOS token prepended (Gemma)
     act_key: str = "hidden_act"  # the config key of the feed-forward activation
@@ -117,6 +120,21 @@ def _gemma2_gguf_config(meta: dict) -> dict:
 def _neox_gguf_config(meta: dict) -> dict:
     return {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
 
+
+BERT = Family(
+    "bert",
+    ("bert",),
+    kind="encoder",
+    norm="layer",
+    norm_placement="post",
+    biases="all",
+    rotary="learned",
+    gqa=False,
+    gated_ffn=False,
+    reader="bert",
+    layout="encoder",
+    example="BERT, MiniLM",
+)
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -189,18 +207,9 @@ FAMILIES: dict[str, Family] = {
             example="GPT-2, DistilGPT2",
         ),
         Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
-        Family(
-            "bert",
-            ("bert", "albert"),
-            kind="encoder",
-            norm="layer",
-            norm_placement="post",
-            biases="all",
-            rotary="learned",
-            gqa=False,
-            gated_ffn=False,
-            reader="bert",
-            example="BERT, MiniLM, ALBERT",
+        BERT,
+        replace(
+            BERT, name="albert", model_types=("albert",), layout="encoder_groups", shared_layers=True, factorized_embedding=True, example="ALBERT"
         ),
     )
 }
@@ -227,6 +236,14 @@ def family_of_model_type(model_type: object, *, where: str = "") -> Family:
         f"{where}model_type {model_type!r} is not supported; supported decoders: {', '.join(decoder_model_types())}; "
         f"encoders: {', '.join(encoder_model_types())}"
     )
+
+
+def family_of_encoder(model_type: object, *, where: str = "") -> Family:
+    """The encoder row serving ``model_type``, or :class:`CheckpointError` naming it and the supported encoders."""
+    for f in FAMILIES.values():
+        if f.kind == "encoder" and model_type in f.model_types:
+            return f
+    raise CheckpointError(f"{where}unsupported architecture model_type={model_type!r}; supported encoders: {', '.join(encoder_model_types())}")
 
 
 def family_of_gguf(arch: object, *, where: str = "") -> Family:
@@ -276,6 +293,8 @@ def family_table() -> str:
                 (f.qk_norm == "full", "QK-norm (all heads)"),
                 (f.fused != "none", f"fused {f.fused}"),
                 (f.gqa and f.kind == "decoder", "GQA"),
+                (f.shared_layers, "one layer shared by all"),
+                (f.factorized_embedding, "factorized embedding"),
             )
             if flag
         ]
