@@ -53,7 +53,15 @@ TINY = {
     "rank-collapse": {"systems": 8, "spectrum_seeds": 8},
     "sinks": {"systems": 4, "biases": [0.0, 3.0], "T": 60.0, "saves": 121},
     "noisy-transition": {"particles": 200},  # the judged checks whole; the reported particles small
-    "random-attention-entropy": {"n": 512, "rows": 256, "trained_prompts": 1},  # the trained heads on one prompt
+    "random-attention-entropy": {  # the trained heads on one prompt; a 2 x 2 diagram
+        "n": 512,
+        "rows": 256,
+        "trained_prompts": 1,
+        "qk_scales": [0.5, 4.0],
+        "residual_scales": [0.1, 4.0],
+        "train_layers": 4,
+        "train_draws": 1,
+    },
     # the judged runs at the quick size (the power is stated there); the reported phase diagram smaller
     "common-noise": dict(load("common-noise").QUICK) | {"phase_ds": [2, 3], "phase_paths": 40, "phase_T": 10.0},
 }

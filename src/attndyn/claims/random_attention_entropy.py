@@ -6,6 +6,13 @@ E[H] = ln n - sigma^2 / 2 + [sigma^2 e^{sigma^2} - (e^{sigma^2} - 1) / 2] / n + 
 expansion in e^{sigma^2} / n, so it holds only while e^{sigma^2} << n. Reported (this claim judges nothing: the
 remainder's bound is not derived here): the mean entropy over rows with its standard error, the law with and
 without the correction, and the deviation in standard errors.
+
+The paper's trainability diagram at initialisation, reported: random decoders of the LLaMA architecture
+(:mod:`attndyn.models.initialisation`) over the scale of the query and key maps and the scale of the residual
+branches, each cell marked by rank collapse (the tokens' mean pairwise cosine after the last layer above 0.5) and
+by entropy collapse (the last layer's attention entropy below 0.2 ln keys; chosen splits), beside the freezing scale of the law:
+on independent tokens the first layer's logits spread by about qk_scale^2, so entropy collapses once
+qk_scale > (2 ln n)^{1/4}.
 """
 
 from __future__ import annotations
@@ -26,9 +33,14 @@ CLAIM = ClaimInfo(
     statement=(
         "For logits i.i.d. N(0, sigma^2) over n keys, E[H] = ln n - sigma^2 / 2 + [sigma^2 e^{sigma^2} - (e^{sigma^2} - 1) / 2] / n "
         "+ O(n^-2) while e^{sigma^2} << n (delta method); near sigma_c = sqrt(2 ln n) the expansion fails. Reported: the mean "
-        "entropy over independent rows with its standard error against both forms of the law."
+        "entropy over independent rows with its standard error against both forms of the law; and the trainability "
+        "diagram of random LLaMA decoders at initialisation (rank collapse against entropy collapse over the query/key and "
+        "residual scales)."
     ),
-    hypotheses="n = 4096 keys, 4096 independent rows per sigma (quick: 1024), float64, softmax with the row max subtracted.",
+    hypotheses=(
+        "n = 4096 keys, 4096 independent rows per sigma (quick: 1024), float64, softmax with the row max subtracted; the "
+        "diagram: 7 x 8 scales, 4 random decoders of width 128, 24 layers, 64 tokens per cell (quick: 4 x 4, 2, 12 layers)."
+    ),
     kind="report",
 )
 
@@ -41,9 +53,30 @@ class Config(ExperimentConfig):
     # prompts, every head's rows with at least ``min_keys`` visible keys
     trained_prompts: int = Field(12, ge=0)
     min_keys: int = Field(16, ge=2)
+    # the trainability diagram at initialisation (reported): random decoders of the LLaMA architecture over the scale
+    # of the query and key maps and the scale of the residual branches (attndyn.models.initialisation), each cell
+    # over ``train_draws`` random decoders with ``train_tokens`` distinct tokens
+    qk_scales: list[float] = [0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
+    residual_scales: list[float] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    train_width: int = Field(128, ge=8)
+    train_layers: int = Field(24, ge=1)
+    train_tokens: int = Field(64, ge=4)
+    train_draws: int = Field(4, ge=1)
 
 
-QUICK = {"rows": 1024, "trained_prompts": 4}
+QUICK = {
+    "rows": 1024,
+    "trained_prompts": 4,
+    "qk_scales": [0.25, 1.0, 2.0, 4.0],
+    "residual_scales": [0.1, 1.0, 4.0, 16.0],
+    "train_layers": 12,
+    "train_draws": 2,
+}
+# a cell is rank-collapsed where the tokens' mean pairwise cosine after the last layer exceeds RANK_COLLAPSE, and
+# entropy-collapsed where the last layer's attention entropy is below ENTROPY_COLLAPSE of ln(keys): chosen splits
+# of continuous values (the figures show the values). Under a causal mask the first tokens see few keys and the
+# cosine stays below about 0.8 even at 24 layers with large residual branches, so the rank split is 0.5, not 0.9.
+RANK_COLLAPSE, ENTROPY_COLLAPSE = 0.5, 0.2
 
 
 def law(sigma: float, n: int, *, corrected: bool = True) -> float:
@@ -67,7 +100,7 @@ def run(config: Config) -> Result:
         for lo in range(0, config.rows, 256):
             hi = min(lo + 256, config.rows)
             H[k, lo:hi] = entropies(s * rng.standard_normal((hi - lo, config.n)))
-    arrays = {"sigmas": np.array(config.sigmas), "H": H} | trained_heads(config)
+    arrays = {"sigmas": np.array(config.sigmas), "H": H} | trained_heads(config) | trainability(config)
     checks, info = judge(arrays, config)
     return Result(CLAIM, checks, config.model_dump(), arrays, info)
 
@@ -92,6 +125,24 @@ def trained_heads(config: Config) -> dict:
         for text in PROMPTS[: config.trained_prompts]
     ]
     return {"trained": np.stack(out)}  # (prompts, L, H, 4)
+
+
+def trainability(config: Config) -> dict:
+    """The diagram's cells: ``train_cells`` ``(len(residual_scales), len(qk_scales), draws, 4)``, per random decoder the
+    tokens' mean pairwise cosine after the last layer, the last layer's entropy as a share of ln(keys), and the mean
+    logit spread in the last and in the first layer (:func:`attndyn.models.initialisation.collapse`)."""
+    from attndyn.models import initialisation as init
+
+    shape = init.Shape(d=config.train_width, heads=4, kv_heads=2, layers=config.train_layers, n=config.train_tokens)
+    keys = min(config.min_keys, config.train_tokens)
+    cells = np.empty((len(config.residual_scales), len(config.qk_scales), config.train_draws, 4))
+    for k in range(config.train_draws):
+        base = init.random_state(shape, 1.0, 1.0, config.seed + k)
+        for i, a in enumerate(config.residual_scales):
+            for j, s in enumerate(config.qk_scales):
+                c = init.collapse(init.rescaled(base, s, a), shape, min_keys=keys)
+                cells[i, j, k] = c["cosine"], c["entropy"], c["spread"], c["spread0"]
+    return {"train_cells": cells, "qk_scales": np.array(config.qk_scales), "residual_scales": np.array(config.residual_scales)}
 
 
 def head_rows(A: np.ndarray, min_keys: int) -> np.ndarray:
@@ -143,7 +194,7 @@ def judge(arrays: dict, config: Config) -> tuple[dict, dict]:
         ),
         "freezing scale sigma_c = sqrt(2 ln n)": report(math.sqrt(2 * math.log(config.n))),
     }
-    checks |= _trained_checks(arrays, config)
+    checks |= _trained_checks(arrays, config) | _trainability_checks(arrays, config)
     return checks, {"mean": mean.tolist(), "se": se.tolist(), "law": corr.tolist(), "leading": lead.tolist()}
 
 
@@ -160,6 +211,72 @@ def figures(result: Result) -> dict:
             title=f"i.i.d. N(0, sigma^2) logits, n = {n}",
             points={"measured (row mean)": (sig, result.info["mean"])},
         )
+    } | _trainability_figures(result)
+
+
+def _trainability_figures(result: Result) -> dict:
+    from attndyn.models.initialisation import freezing_qk_scale
+
+    if "train_cells" not in result.arrays:
+        return {}
+    cells = np.asarray(result.arrays["train_cells"])
+    s, a = np.asarray(result.arrays["qk_scales"]), np.asarray(result.arrays["residual_scales"])
+    star = freezing_qk_scale(result.params["train_tokens"])
+    line = {f"freezing: qk scale (2 ln n)^(1/4) = {star:.2f}": ([star, star], [a.min() / 2, a.max() * 2])}
+    shape = f"{result.params['train_layers']} layers, width {result.params['train_width']}, {result.params['train_tokens']} tokens"
+    return {
+        name: plots.grid_heatmap(
+            s,
+            a,
+            cells[..., k].mean(-1),
+            xlabel="query/key scale",
+            ylabel="residual scale",
+            label=label,
+            title=title,
+            curve=line,
+            xscale="log",
+            yscale="log",
+        )
+        for name, k, label, title in (
+            (
+                "trainability_rank",
+                0,
+                "mean pairwise cosine after the last layer",
+                f"rank collapse at initialisation (random LLaMA decoders, {shape})",
+            ),
+            ("trainability_entropy", 1, "last layer's attention entropy / ln(keys)", f"entropy collapse at initialisation ({shape})"),
+        )
+    }
+
+
+def _trainability_checks(arrays: dict, config: Config) -> dict:
+    from attndyn.models.initialisation import freezing_qk_scale
+
+    cells = np.asarray(arrays["train_cells"])
+    s, a = np.asarray(arrays["qk_scales"]), np.asarray(arrays["residual_scales"])
+    cos, ent = cells[..., 0].mean(-1), cells[..., 1].mean(-1)
+    rank, entropy = cos > RANK_COLLAPSE, ent < ENTROPY_COLLAPSE
+    star = freezing_qk_scale(config.train_tokens)
+    first = cells[..., 3].mean(-1)  # the first layer's spread against qk_scale**2 (independent tokens)
+    where = "; ".join(f"({x:g}, {y:g})" for (i, j) in np.argwhere(~rank & ~entropy) for x, y in [(s[j], a[i])]) or "none"
+    below, above = s < star, s > star
+    return {
+        "trainability at initialisation: cells with neither rank nor entropy collapse (qk scale, residual scale)": report(
+            int((~rank & ~entropy).sum()),
+            f"of {rank.size} cells, {config.train_draws} random decoders each (width {config.train_width}, {config.train_layers} "
+            f"layers, {config.train_tokens} tokens): rank collapse (mean cosine > {RANK_COLLAPSE}) in {int(rank.sum())}, "
+            f"entropy collapse (last layer's entropy < {ENTROPY_COLLAPSE} ln keys) in {int(entropy.sum())}, both in "
+            f"{int((rank & entropy).sum())}; neither at {where}",
+        ),
+        "trainability: the first layer's logit spread over qk_scale^2 (independent tokens; the law's input)": report(
+            float(np.median(first / s[None, :] ** 2)),
+            f"median over cells; from {float((first / s[None, :] ** 2).min()):.3f} to {float((first / s[None, :] ** 2).max()):.3f}",
+        ),
+        "trainability: entropy collapse below and above the freezing qk scale (2 ln n)^(1/4)": report(
+            star,
+            f"cells with entropy collapse: {int(entropy[:, below].sum())} of {int(below.sum()) * len(a)} below it, "
+            f"{int(entropy[:, above].sum())} of {int(above.sum()) * len(a)} above it",
+        ),
     }
 
 
