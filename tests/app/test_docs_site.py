@@ -66,6 +66,11 @@ def test_the_math_is_mathml_in_pages_and_notebooks(site):
     assert notebook.count("<math ") >= 5
     assert "$V = I$" not in notebook
     assert "$z = e^{-tV}x$" not in notebook
+    # the guides' defining formulas: MathML, no LaTeX delimiter left as text
+    for guide, least in (("engine", 6), ("meanfield", 4), ("trained-models", 6), ("analysis", 3)):
+        html = (site / "guide" / guide / "index.html").read_text()
+        assert html.count("<math ") >= least, guide
+        assert "\\(" not in html, guide
 
 
 @pytest.mark.skipif(browser.find_chromium() is None, reason="no Chromium on this machine (Debian package 'chromium')")
