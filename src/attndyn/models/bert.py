@@ -213,7 +213,7 @@ def _read_tensors(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{path} holds no model.safetensors (nor pytorch_model.bin)")
 
 
-def _bert_spec(act_key: str = "hidden_act") -> dict:
+def _bert_spec(act_key: str = "hidden_act", act_default: str = "gelu") -> dict:
     from attndyn.models.file_checks import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, Int, Real, Text
 
     return {
@@ -226,7 +226,10 @@ def _bert_spec(act_key: str = "hidden_act") -> dict:
         "type_vocab_size": Int(1, MAX_VOCAB, required=False, default=2),
         "embedding_size": Int(1, MAX_WIDTH, required=False),
         "layer_norm_eps": Real(above=0.0, hi=1.0, required=False, default=1e-12),
-        act_key: Text(default="gelu"),
+        act_key: Text(default=act_default),
+        # ALBERT's layer groups: attndyn reads one group holding one layer (the published ALBERT configurations')
+        "num_hidden_groups": Int(1, MAX_LAYERS, required=False, default=1),
+        "inner_group_num": Int(1, MAX_LAYERS, required=False, default=1),
     }
 
 
@@ -261,15 +264,27 @@ def load_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
     fam = family_of_encoder(config.get("model_type"), where=f"{path / 'config.json'}: ")
     arch = config["model_type"]  # one of the row's model_types
     names = _check_encoder_row(fam)
-    c = fc.typed(config, _bert_spec(fam.act_key), str(path / "config.json"))
+    c = fc.typed(config, _bert_spec(fam.act_key, fam.acts[0][0]), str(path / "config.json"))
+    for key in ("num_hidden_groups", "inner_group_num"):
+        if c[key] != 1:
+            raise CheckpointError(
+                f"{path / 'config.json'}: {key} = {c[key]} is not supported; attndyn's {fam.name} reader reads one layer group "
+                "holding one layer (num_hidden_groups = inner_group_num = 1)"
+            )
     d, heads, n_layers, inter = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
     vocab, n_pos, n_types = c["vocab_size"], c["max_position_embeddings"], c["type_vocab_size"]
     if d % heads:
         raise CheckpointError(f"{path / 'config.json'}: hidden_size {d} is not a multiple of num_attention_heads {heads}")
     act = c[fam.act_key]
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"unsupported {fam.act_key} {act!r}; supported: {ACTIVATIONS}")
+    accepted = tuple(name for name, _ in fam.acts if name in ACTIVATIONS)
+    if act not in accepted:
+        raise CheckpointError(f"unsupported {fam.act_key} {act!r}; supported: {accepted}")
     tensors = _strip_prefix(_read_tensors(path, allow_pickle), arch)
+    if not fam.factorized_embedding and c["embedding_size"] not in (None, d):
+        raise CheckpointError(
+            f"{path / 'config.json'}: embedding_size {c['embedding_size']} differs from hidden_size {d}, but the {fam.name} row says "
+            "factorized_embedding=False (no map from the embeddings' width to the hidden one)"
+        )
     e = (c["embedding_size"] or d) if fam.factorized_embedding else d
     word = _get(tensors, "embeddings.word_embeddings.weight", (vocab, e))
     position = _get(tensors, "embeddings.position_embeddings.weight", (n_pos, e))

@@ -121,6 +121,8 @@ def _neox_gguf_config(meta: dict) -> dict:
     return {"use_parallel_residual": bool(meta.get("parallel_residual", True)), "hidden_act": "gelu"}
 
 
+# the encoder reader's activations (the first: a config's default when it names none), by their config names
+ENCODER_ACTS = (("gelu", "gelu"), ("gelu_new", "gelu_new"), ("gelu_pytorch_tanh", "gelu_pytorch_tanh"), ("relu", "relu"))
 BERT = Family(
     "bert",
     ("bert",),
@@ -133,6 +135,7 @@ BERT = Family(
     gated_ffn=False,
     reader="bert",
     layout="encoder",
+    acts=ENCODER_ACTS,
     example="BERT, MiniLM",
 )
 
@@ -209,7 +212,14 @@ FAMILIES: dict[str, Family] = {
         Family("phi3", ("phi3",), ("phi3",), rotary="partial", sliding_window="all", fused="qkv+gate_up", example="Phi-3, Phi-3.5, Phi-4-mini"),
         BERT,
         replace(
-            BERT, name="albert", model_types=("albert",), layout="encoder_groups", shared_layers=True, factorized_embedding=True, example="ALBERT"
+            BERT,
+            name="albert",
+            model_types=("albert",),
+            layout="encoder_groups",
+            shared_layers=True,
+            factorized_embedding=True,
+            acts=(ENCODER_ACTS[1], ENCODER_ACTS[0], *ENCODER_ACTS[2:]),  # transformers' AlbertConfig defaults to gelu_new
+            example="ALBERT",
         ),
     )
 }
