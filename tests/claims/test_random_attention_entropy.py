@@ -57,4 +57,4 @@ def test_the_trainability_diagram_reports_both_collapses_where_the_scales_put_th
     neither = checks["trainability at initialisation: cells with neither rank nor entropy collapse (qk scale, residual scale)"]
     assert neither.value == int(((cos <= rae.RANK_COLLAPSE) & (ent >= rae.ENTROPY_COLLAPSE)).sum())
     assert "(0.25, 0.1)" in neither.note
-    assert "0 of 2 below it" in checks["trainability: entropy collapse below and above the freezing qk scale (2 ln n)^(1/4)"].note
+    assert "0 of 2 below it" in checks["trainability: the freezing qk scale (2 ln n)^(1/4), with the entropy-collapsed cells below and above it"].note

@@ -11,8 +11,10 @@ The paper's trainability diagram at initialisation, reported: random decoders of
 (:mod:`attndyn.models.initialisation`) over the scale of the query and key maps and the scale of the residual
 branches, each cell marked by rank collapse (the tokens' mean pairwise cosine after the last layer above 0.5) and
 by entropy collapse (the last layer's attention entropy below 0.2 ln keys; chosen splits), beside the freezing scale of the law:
-on independent tokens the first layer's logits spread by about qk_scale^2, so entropy collapses once
-qk_scale > (2 ln n)^{1/4}.
+on independent tokens the first layer's logits spread by about qk_scale^2, so the law stops at
+qk_scale = (2 ln n)^{1/4}; the entropy falls fast past it and crosses the 0.2 split further on (near 2.45 for
+64 i.i.d. Gaussian logits). The cells' counts are those of one seed: cells near either split change side
+with the draws.
 """
 
 from __future__ import annotations
@@ -272,7 +274,7 @@ def _trainability_checks(arrays: dict, config: Config) -> dict:
             float(np.median(first / s[None, :] ** 2)),
             f"median over cells; from {float((first / s[None, :] ** 2).min()):.3f} to {float((first / s[None, :] ** 2).max()):.3f}",
         ),
-        "trainability: entropy collapse below and above the freezing qk scale (2 ln n)^(1/4)": report(
+        "trainability: the freezing qk scale (2 ln n)^(1/4), with the entropy-collapsed cells below and above it": report(
             star,
             f"cells with entropy collapse: {int(entropy[:, below].sum())} of {int(below.sum()) * len(a)} below it, "
             f"{int(entropy[:, above].sum())} of {int(above.sum()) * len(a)} above it",
